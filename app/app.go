@@ -1,0 +1,117 @@
+// Package app is the composition root: it turns the configuration into the
+// modules' own configurations, picks implementations, and wires every module
+// with fx. Nothing else wires.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/internal/server"
+	"sless.kube5s.ru/sless/modules/build/buildfx"
+	"sless.kube5s.ru/sless/modules/functions/functionsfx"
+	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
+	"sless.kube5s.ru/sless/modules/storage"
+	"sless.kube5s.ru/sless/modules/storage/storagefx"
+)
+
+// StopTimeout bounds a graceful shutdown: draining requests and builds.
+const StopTimeout = 30 * time.Second
+
+// Options returns the fx options of the embedded-mode server for a validated
+// configuration whose API token is known. plugins are added as they are.
+func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.Option {
+	return fx.Options(
+		fx.WithLogger(func() fxevent.Logger {
+			l := &fxevent.SlogLogger{Logger: log.With("module", "fx")}
+			l.UseLogLevel(slog.LevelDebug)
+			return l
+		}),
+		fx.Supply(log, c),
+		fx.Provide(
+			func() auth.Authenticator { return auth.NewStaticToken(token) },
+			newRegistry,
+			func(lc fx.Lifecycle) (storage.Blobs, error) { return newBlobs(lc, c) },
+		),
+		fx.Supply(
+			server.Config{Listen: c.Listen, DataDir: c.DataDir},
+			storagefx.Config{DatabaseURL: c.DatabaseURL},
+			buildfx.Config{ArtifactDir: filepath.Join(c.DataDir, "artifacts"), Limits: c.BuildLimits},
+			functionsfx.Config{
+				BuildTimeout: c.BuildTimeout, UploadLimits: c.BuildLimits,
+				UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4,
+			},
+		),
+		storagefx.Module,
+		runtimefx.Module,
+		buildfx.Module,
+		functionsfx.Module,
+		fx.Provide(server.New),
+		fx.Invoke(func(*server.Server) {}),
+		fx.Options(plugins...),
+	)
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Prepare creates the data directory and its working directories and
+// resolves the API token, logging where a generated one was stored.
+func Prepare(c Config, log *slog.Logger) (token string, err error) {
+	for _, dir := range []string{c.DataDir, filepath.Join(c.DataDir, "tmp")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", fmt.Errorf("creating the data directory: %w", err)
+		}
+	}
+	token, path, generated, err := ensureToken(c)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case generated:
+		log.Info("generated an API token", "file", path)
+	case path != "":
+		log.Info("using the API token", "file", path)
+	}
+	return token, nil
+}
+
+// Run runs the server until SIGINT or SIGTERM, then stops it gracefully.
+func Run(c Config, log *slog.Logger, plugins ...fx.Option) error {
+	token, err := Prepare(c, log)
+	if err != nil {
+		return err
+	}
+	application := fx.New(Options(c, token, log, plugins...), fx.StartTimeout(2*time.Minute), fx.StopTimeout(StopTimeout))
+	if err := application.Err(); err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := application.Start(startCtx); err != nil {
+		return err
+	}
+	log.Info("sless is running", "listen", c.Listen, "data_dir", c.DataDir)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	got := <-sig
+	log.Info("stopping", "signal", got.String())
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), StopTimeout)
+	defer cancelStop()
+	return application.Stop(stopCtx)
+}

@@ -1,0 +1,115 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"sless.kube5s.ru/sless/internal/server"
+)
+
+func testConfig(t *testing.T, args ...string) Config {
+	t.Helper()
+	var cfg Config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	AddFlags(fs, &cfg)
+	if err := fs.Parse(append([]string{"--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Resolve(fs, &cfg, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestEmbeddedGraph validates the fx graph of the embedded mode without
+// running any constructor.
+func TestEmbeddedGraph(t *testing.T) {
+	if err := fx.ValidateApp(Options(testConfig(t), "token-token-token-1", discard)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEmbeddedStartStop starts the whole embedded server, checks that it
+// serves, and stops it.
+func TestEmbeddedStartStop(t *testing.T) {
+	cfg := testConfig(t)
+	token, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srv *server.Server
+	app := fxtest.New(t, Options(cfg, token, discard), fx.Populate(&srv))
+	app.RequireStart()
+	defer app.RequireStop()
+
+	base := "http://" + srv.Addr().String()
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200, "/v1/whoami": 401, "/nope": 404} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: got %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	req, _ := http.NewRequest("GET", base+"/v1/whoami", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"namespace":"default"`) {
+		t.Errorf("whoami: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestGeneratedTokenIsStoredPrivately(t *testing.T) {
+	cfg := testConfig(t)
+	token, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Prepare(cfg, discard)
+	if err != nil || again != token || len(token) < 32 {
+		t.Fatalf("second start: token %q, %v; want the first token %q", again, err, token)
+	}
+	st, err := os.Stat(filepath.Join(cfg.DataDir, "api-token"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("token file: %v, %v; want mode 0600", st, err)
+	}
+	cfg.APIToken = "configured-token-0123"
+	if tok, _ := Prepare(cfg, discard); tok != "configured-token-0123" {
+		t.Errorf("configured token ignored: got %q", tok)
+	}
+}
+
+func TestStartFailsOnBadAddress(t *testing.T) {
+	cfg := testConfig(t, "--listen", "203.0.113.1:1")
+	app := fx.New(Options(cfg, "token-token-token-1", discard), fx.NopLogger)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := app.Start(ctx)
+	if err == nil {
+		app.Stop(ctx)
+		t.Fatal("start succeeded on an address this machine does not have")
+	}
+	if !strings.Contains(err.Error(), "listening on 203.0.113.1:1") {
+		t.Errorf("got %v; want it to name the address", err)
+	}
+}

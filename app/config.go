@@ -1,0 +1,248 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/modules/build/safezip"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
+)
+
+// EnvPrefix starts the environment variable of every setting: the setting
+// "data-dir" is read from SLESS_DATA_DIR.
+const EnvPrefix = "SLESS_"
+
+// Config is the server's configuration. Every field is a setting that can be
+// given as a flag (--data-dir), an environment variable (SLESS_DATA_DIR) or a
+// key of the config file (data-dir: ...), in that order of precedence.
+type Config struct {
+	// Listen is the API and /fn address; default 127.0.0.1:8080.
+	Listen string
+	// DataDir holds the database, blobs, artifacts and the generated token;
+	// default $XDG_DATA_HOME/sless or ~/.local/share/sless.
+	DataDir string
+	// APIToken is the bearer token of the API; default: generated on first
+	// start and stored in DataDir/api-token.
+	APIToken string
+	// DatabaseURL selects the database; default: SQLite file DataDir/sless.db.
+	DatabaseURL string
+	// BlobURL selects the blob store; default: files under DataDir/blobs.
+	BlobURL string
+	// S3AccessKey and S3SecretKey are the credentials of an s3:// BlobURL.
+	S3AccessKey, S3SecretKey string
+	// LogLevel is debug, info, warn or error; default info.
+	LogLevel string
+	// LogFormat is text or json; default text.
+	LogFormat string
+	// BuildTimeout bounds one build; default 10m.
+	BuildTimeout time.Duration
+	// BuildLimits bound uploaded archives; defaults 50 MiB, 250 MiB, 10,000.
+	BuildLimits safezip.Limits
+}
+
+// setting is one configuration value with its flag, variable and file key.
+type setting struct {
+	name  string
+	usage string
+	// secret values are never printed.
+	secret bool
+}
+
+// settings lists every setting; docs/configuration.md and the README table
+// follow this list.
+var settings = []setting{
+	{name: "listen", usage: "address of the API and of /fn"},
+	{name: "data-dir", usage: "directory of the database, blobs, artifacts and generated token (default $XDG_DATA_HOME/sless, else ~/.local/share/sless)"},
+	{name: "api-token", usage: "bearer token of the API (default: generated on first start into <data-dir>/api-token)", secret: true},
+	{name: "database-url", usage: "postgres://... for PostgreSQL, sqlite:PATH for SQLite (default: SQLite file <data-dir>/sless.db)"},
+	{name: "blob-url", usage: "s3://BUCKET[/PREFIX]?endpoint=HOST:PORT&region=R&insecure=true for S3, file:DIR for files (default: <data-dir>/blobs)"},
+	{name: "s3-access-key", usage: "access key of an s3:// blob URL", secret: true},
+	{name: "s3-secret-key", usage: "secret key of an s3:// blob URL", secret: true},
+	{name: "log-level", usage: "debug, info, warn or error"},
+	{name: "log-format", usage: "text or json"},
+	{name: "build-timeout", usage: "longest a build (dependency installation) may take"},
+	{name: "build-max-zip-bytes", usage: "largest accepted upload"},
+	{name: "build-max-extracted-bytes", usage: "largest total size of the files in an upload"},
+	{name: "build-max-entries", usage: "most entries an upload may hold"},
+}
+
+// AddFlags registers the settings as flags of fs, writing into cfg, plus
+// --config for the config file.
+func AddFlags(fs *pflag.FlagSet, cfg *Config) {
+	lim := safezip.DefaultLimits()
+	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim}
+	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
+	vars := map[string]any{
+		"listen": &cfg.Listen, "data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
+		"database-url": &cfg.DatabaseURL, "blob-url": &cfg.BlobURL,
+		"s3-access-key": &cfg.S3AccessKey, "s3-secret-key": &cfg.S3SecretKey,
+		"log-level": &cfg.LogLevel, "log-format": &cfg.LogFormat,
+		"build-timeout": &cfg.BuildTimeout, "build-max-zip-bytes": &cfg.BuildLimits.MaxCompressedBytes,
+		"build-max-extracted-bytes": &cfg.BuildLimits.MaxExtractedBytes, "build-max-entries": &cfg.BuildLimits.MaxEntries,
+	}
+	for _, s := range settings {
+		usage := fmt.Sprintf("%s (env %s)", s.usage, envName(s.name))
+		switch p := vars[s.name].(type) {
+		case *string:
+			fs.StringVar(p, s.name, *p, usage)
+		case *time.Duration:
+			fs.DurationVar(p, s.name, *p, usage)
+		case *int:
+			fs.IntVar(p, s.name, *p, usage)
+		case *int64:
+			fs.Var((*byteSize)(p), s.name, usage)
+		default:
+			panic("app: setting without a variable: " + s.name) // a programming error caught by every test
+		}
+	}
+}
+
+func envName(setting string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(setting, "-", "_"))
+}
+
+// byteSize is an int64 flag that accepts "50MiB", "250 MB" or a plain number.
+type byteSize int64
+
+func (b *byteSize) String() string { return humanize.IBytes(uint64(*b)) }
+func (b *byteSize) Type() string   { return "bytes" }
+func (b *byteSize) Set(s string) error {
+	n, err := humanize.ParseBytes(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a size such as 50MiB", s)
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// Resolve fills the settings not given as flags from the environment, then
+// from the config file, and validates the result. Errors name the setting
+// and where its bad value came from.
+func Resolve(fs *pflag.FlagSet, cfg *Config, getenv func(string) string) error {
+	file, err := readConfigFile(fs, getenv)
+	if err != nil {
+		return err
+	}
+	for _, s := range settings {
+		f := fs.Lookup(s.name)
+		if f.Changed {
+			continue
+		}
+		if v := getenv(envName(s.name)); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				return fmt.Errorf("%s: %w", envName(s.name), err)
+			}
+			continue
+		}
+		if v, ok := file.values[s.name]; ok {
+			if err := f.Value.Set(v); err != nil {
+				return fmt.Errorf("config file %s: %s: %w", file.path, s.name, err)
+			}
+		}
+	}
+	return cfg.validate()
+}
+
+type configFile struct {
+	path   string
+	values map[string]string
+}
+
+func readConfigFile(fs *pflag.FlagSet, getenv func(string) string) (configFile, error) {
+	path, _ := fs.GetString("config")
+	if path == "" {
+		path = getenv(EnvPrefix + "CONFIG")
+	}
+	cf := configFile{path: path, values: map[string]string{}}
+	if path == "" {
+		return cf, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return cf, fmt.Errorf("reading the config file: %w", err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return cf, fmt.Errorf("config file %s: %w", path, err)
+	}
+	for k, v := range raw {
+		if !slices.ContainsFunc(settings, func(s setting) bool { return s.name == k }) {
+			return cf, fmt.Errorf("config file %s: unknown setting %q", path, k)
+		}
+		switch v.(type) {
+		case map[string]any, []any, nil:
+			return cf, fmt.Errorf("config file %s: setting %q must be a single value", path, k)
+		}
+		cf.values[k] = fmt.Sprint(v)
+	}
+	return cf, nil
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s (%s): %s", setting, envName(setting), fmt.Sprintf(format, args...)))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "%q is not a host:port address", c.Listen)
+	}
+	if c.DataDir == "" {
+		dir, err := discovery.DefaultDataDir()
+		if err != nil {
+			bad("data-dir", "no default: %v; set it", err)
+		}
+		c.DataDir = dir
+	}
+	if c.DataDir != "" {
+		abs, err := filepath.Abs(c.DataDir)
+		if err != nil {
+			bad("data-dir", "%v", err)
+		}
+		c.DataDir = abs
+	}
+	if c.APIToken != "" && len(c.APIToken) < 16 {
+		bad("api-token", "must be at least 16 characters")
+	}
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = "sqlite:" + filepath.Join(c.DataDir, "sless.db")
+	}
+	if _, _, err := sqldb.ParseURL(c.DatabaseURL); err != nil {
+		bad("database-url", "%v", err)
+	}
+	if c.BlobURL == "" {
+		c.BlobURL = "file:" + filepath.Join(c.DataDir, "blobs")
+	}
+	if _, err := parseBlobURL(c); err != nil {
+		bad("blob-url", "%v", err)
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if !slices.Contains([]string{"text", "json"}, c.LogFormat) {
+		bad("log-format", "%q is not one of text, json", c.LogFormat)
+	}
+	if c.BuildTimeout <= 0 {
+		bad("build-timeout", "must be positive")
+	}
+	if c.BuildLimits.MaxCompressedBytes <= 0 {
+		bad("build-max-zip-bytes", "must be positive")
+	}
+	if c.BuildLimits.MaxExtractedBytes <= 0 {
+		bad("build-max-extracted-bytes", "must be positive")
+	}
+	if c.BuildLimits.MaxEntries <= 0 {
+		bad("build-max-entries", "must be positive")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,83 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func resolve(t *testing.T, args []string, env map[string]string) (Config, error) {
+	t.Helper()
+	var cfg Config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	AddFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	err := Resolve(fs, &cfg, func(k string) string { return env[k] })
+	return cfg, err
+}
+
+func TestDefaults(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", "/xdg")
+	cfg, err := resolve(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:8080" || cfg.DataDir != "/xdg/sless" || cfg.DatabaseURL != "sqlite:/xdg/sless/sless.db" ||
+		cfg.BlobURL != "file:/xdg/sless/blobs" || cfg.BuildTimeout != 10*time.Minute ||
+		cfg.BuildLimits.MaxCompressedBytes != 50<<20 || cfg.BuildLimits.MaxExtractedBytes != 250<<20 || cfg.BuildLimits.MaxEntries != 10000 {
+		t.Errorf("defaults: %+v", cfg)
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "sless.yaml")
+	os.WriteFile(file, []byte("listen: 127.0.0.1:7000\nlog-level: warn\nbuild-max-zip-bytes: 10MiB\nbuild-timeout: 2m\n"), 0o600)
+	env := map[string]string{"SLESS_CONFIG": file, "SLESS_LOG_LEVEL": "debug", "SLESS_DATA_DIR": "/env/dir"}
+	cfg, err := resolve(t, []string{"--data-dir", "/flag/dir"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flag > env > file > default
+	if cfg.DataDir != "/flag/dir" || cfg.LogLevel != "debug" || cfg.Listen != "127.0.0.1:7000" ||
+		cfg.BuildLimits.MaxCompressedBytes != 10<<20 || cfg.BuildTimeout != 2*time.Minute {
+		t.Errorf("got %+v", cfg)
+	}
+}
+
+func TestInvalidSettingsNameTheSetting(t *testing.T) {
+	dir := t.TempDir()
+	badFile := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(badFile, []byte("listn: x\n"), 0o600)
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"bad listen", []string{"--listen", "nonsense"}, nil, `listen (SLESS_LISTEN): "nonsense" is not a host:port`},
+		{"bad env duration", nil, map[string]string{"SLESS_BUILD_TIMEOUT": "soon"}, "SLESS_BUILD_TIMEOUT"},
+		{"bad size", nil, map[string]string{"SLESS_BUILD_MAX_ZIP_BYTES": "lots"}, `SLESS_BUILD_MAX_ZIP_BYTES: "lots" is not a size`},
+		{"bad database scheme", []string{"--database-url", "mysql://x"}, nil, `database-url (SLESS_DATABASE_URL): database URL scheme "mysql"`},
+		{"bad blob scheme", []string{"--blob-url", "gcs://b"}, nil, `blob-url (SLESS_BLOB_URL): scheme "gcs"`},
+		{"bad log level", []string{"--log-level", "loud"}, nil, "log-level"},
+		{"short token", []string{"--api-token", "short"}, nil, "api-token (SLESS_API_TOKEN): must be at least 16"},
+		{"unknown file key", nil, map[string]string{"SLESS_CONFIG": badFile}, `unknown setting "listn"`},
+		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, nil, "reading the config file"},
+		{"negative limit", []string{"--build-max-entries", "-1"}, nil, "build-max-entries"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--data-dir", dir}, tt.args...)
+			_, err := resolve(t, args, tt.env)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}

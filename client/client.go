@@ -1,0 +1,238 @@
+// Package client is the Go client of the sless REST API v1, used by the CLI
+// and the Terraform provider.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/modules/functions"
+)
+
+// Client calls one sless server. It is safe for concurrent use.
+type Client struct {
+	// Endpoint is the server's base URL, e.g. http://127.0.0.1:8080.
+	Endpoint string
+	// Token is the API token sent as a bearer token.
+	Token string
+	// HTTP is the HTTP client; nil means one with a 60 s timeout.
+	HTTP *http.Client
+}
+
+// FromEnv returns a client for SLESS_ENDPOINT and SLESS_TOKEN. When
+// SLESS_ENDPOINT is unset it finds the server running from the data
+// directory (SLESS_DATA_DIR, else the default one) and its generated token.
+func FromEnv() (*Client, error) {
+	endpoint, token := os.Getenv("SLESS_ENDPOINT"), os.Getenv("SLESS_TOKEN")
+	if endpoint == "" {
+		dir := os.Getenv("SLESS_DATA_DIR")
+		if dir == "" {
+			var err error
+			if dir, err = discovery.DefaultDataDir(); err != nil {
+				return nil, err
+			}
+		}
+		found, foundToken, err := discovery.Read(dir)
+		if err != nil {
+			return nil, err
+		}
+		endpoint = found
+		if token == "" {
+			token = foundToken
+		}
+	}
+	if token == "" {
+		return nil, errors.New("no API token: set SLESS_TOKEN")
+	}
+	return &Client{Endpoint: strings.TrimRight(endpoint, "/"), Token: token}, nil
+}
+
+// APIError is an error response of the API.
+type APIError struct {
+	StatusCode int
+	Message    string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.StatusCode) }
+
+// IsNotFound reports whether err is an API 404.
+func IsNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.StatusCode == http.StatusNotFound
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return &http.Client{Timeout: 60 * time.Second}
+}
+
+// do sends a request to path (below the endpoint) with an optional body and
+// decodes a JSON answer into out (when out is non-nil).
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.Endpoint+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return fmt.Errorf("calling sless at %s: %w", c.Endpoint, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("reading the answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		var eb struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(data, &eb) != nil || eb.Error == "" {
+			eb.Error = strings.TrimSpace(string(data))
+			if eb.Error == "" {
+				eb.Error = resp.Status
+			}
+		}
+		return &APIError{StatusCode: resp.StatusCode, Message: eb.Error}
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("decoding the answer of %s %s: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ct = bytes.NewReader(data), "application/json"
+	}
+	return c.do(ctx, method, path, body, ct, out)
+}
+
+// Whoami returns the namespace of the client's token.
+func (c *Client) Whoami(ctx context.Context) (string, error) {
+	var out struct {
+		Namespace string `json:"namespace"`
+	}
+	err := c.doJSON(ctx, http.MethodGet, "/v1/whoami", nil, &out)
+	return out.Namespace, err
+}
+
+func fnPath(ns, name string) string {
+	p := "/v1/namespaces/" + url.PathEscape(ns) + "/functions"
+	if name != "" {
+		p += "/" + url.PathEscape(name)
+	}
+	return p
+}
+
+// CreateFunction creates fn in its namespace.
+func (c *Client) CreateFunction(ctx context.Context, fn *functions.Function) (*functions.Function, error) {
+	var out functions.Function
+	return &out, c.doJSON(ctx, http.MethodPost, fnPath(fn.Namespace, ""), fn, &out)
+}
+
+// UpdateFunction replaces the spec of fn.
+func (c *Client) UpdateFunction(ctx context.Context, fn *functions.Function) (*functions.Function, error) {
+	var out functions.Function
+	return &out, c.doJSON(ctx, http.MethodPut, fnPath(fn.Namespace, fn.Name), fn, &out)
+}
+
+// GetFunction returns one function.
+func (c *Client) GetFunction(ctx context.Context, ns, name string) (*functions.Function, error) {
+	var out functions.Function
+	return &out, c.doJSON(ctx, http.MethodGet, fnPath(ns, name), nil, &out)
+}
+
+// ListFunctions returns every function of a namespace, following pages.
+func (c *Client) ListFunctions(ctx context.Context, ns string) ([]*functions.Function, error) {
+	var all []*functions.Function
+	after := ""
+	for {
+		var page struct {
+			Items    []*functions.Function `json:"items"`
+			Continue string                `json:"continue"`
+		}
+		path := fnPath(ns, "") + "?limit=" + fmt.Sprint(functions.MaxPageSize)
+		if after != "" {
+			path += "&continue=" + url.QueryEscape(after)
+		}
+		if err := c.doJSON(ctx, http.MethodGet, path, nil, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Items...)
+		if page.Continue == "" {
+			return all, nil
+		}
+		after = page.Continue
+	}
+}
+
+// DeleteFunction deletes a function.
+func (c *Client) DeleteFunction(ctx context.Context, ns, name string) error {
+	return c.do(ctx, http.MethodDelete, fnPath(ns, name), nil, "", nil)
+}
+
+// UploadCode uploads a zip as the function's code.
+func (c *Client) UploadCode(ctx context.Context, ns, name string, zip []byte) (*functions.Function, error) {
+	var out functions.Function
+	return &out, c.do(ctx, http.MethodPost, fnPath(ns, name)+"/upload", bytes.NewReader(zip), "application/zip", &out)
+}
+
+// InvokeURL returns the URL that invokes a function over HTTP.
+func (c *Client) InvokeURL(ns, name string) string {
+	return c.Endpoint + "/fn/" + url.PathEscape(ns) + "/" + url.PathEscape(name)
+}
+
+// WaitSettled polls a function until its status describes generation gen (or
+// a later one) and is Ready or Failed, calling progress whenever the phase or
+// message changes. It returns the settled function; the caller checks its
+// phase.
+func (c *Client) WaitSettled(ctx context.Context, ns, name string, gen int64, progress func(*functions.Function)) (*functions.Function, error) {
+	interval := 25 * time.Millisecond
+	var last functions.Status
+	for {
+		fn, err := c.GetFunction(ctx, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		if fn.Status.Phase != last.Phase || fn.Status.Message != last.Message {
+			last = fn.Status
+			if progress != nil {
+				progress(fn)
+			}
+		}
+		if fn.Status.ObservedGeneration >= gen &&
+			(fn.Status.Phase == functions.PhaseReady || fn.Status.Phase == functions.PhaseFailed) {
+			return fn, nil
+		}
+		select {
+		case <-ctx.Done():
+			return fn, fmt.Errorf("waiting for function %s/%s: %w (phase %s)", ns, name, context.Cause(ctx), fn.Status.Phase)
+		case <-time.After(interval):
+		}
+		interval = min(interval*2, time.Second)
+	}
+}

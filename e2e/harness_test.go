@@ -1,0 +1,290 @@
+// Package e2e tests the real sless binary: it is built once, started as
+// `sless server` on a free loopback port with a temporary data directory, and
+// driven through its CLI and REST API with real python3 and node processes.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"sless.kube5s.ru/sless/internal/testenv"
+)
+
+// binary is the sless binary built by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sless-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "sless")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/sless")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building sless:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// serverOptions select the server's storage; empty fields take the defaults.
+type serverOptions struct {
+	dataDir     string
+	databaseURL string
+	blobURL     string
+	env         []string
+}
+
+// server is a running `sless server`.
+type server struct {
+	t        *testing.T
+	opts     serverOptions
+	endpoint string
+	token    string
+	cmd      *exec.Cmd
+	logs     *syncBuffer
+	done     chan struct{}
+}
+
+// startServer starts sless server and waits until it answers /readyz.
+func startServer(t *testing.T, opts serverOptions) *server {
+	t.Helper()
+	if opts.dataDir == "" {
+		opts.dataDir = t.TempDir()
+	}
+	s := &server{t: t, opts: opts}
+	s.start()
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.logs.String())
+		}
+	})
+	return s
+}
+
+func (s *server) start() {
+	t := s.t
+	t.Helper()
+	port := freePort(t)
+	args := []string{"server", "--listen", "127.0.0.1:" + port, "--data-dir", s.opts.dataDir, "--log-level", "debug"}
+	if s.opts.databaseURL != "" {
+		args = append(args, "--database-url", s.opts.databaseURL)
+	}
+	if s.opts.blobURL != "" {
+		args = append(args, "--blob-url", s.opts.blobURL)
+	}
+	s.logs = &syncBuffer{}
+	s.cmd = exec.Command(binary, args...)
+	s.cmd.Env = append(cleanEnv(), s.opts.env...)
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.done = make(chan struct{})
+	go func() { s.cmd.Wait(); close(s.done) }()
+	s.endpoint = "http://127.0.0.1:" + port
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(s.endpoint + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("sless server exited: %v\n%s", s.cmd.ProcessState, s.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sless server not ready after 30s:\n%s", s.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	token, err := os.ReadFile(filepath.Join(s.opts.dataDir, "api-token"))
+	if err != nil {
+		t.Fatalf("reading the generated token: %v", err)
+	}
+	s.token = strings.TrimSpace(string(token))
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *server) stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		if !s.cmd.ProcessState.Success() {
+			s.t.Errorf("sless server exited with %v after SIGTERM", s.cmd.ProcessState)
+		}
+	case <-time.After(40 * time.Second):
+		s.cmd.Process.Kill()
+		s.t.Errorf("sless server did not stop within 40s of SIGTERM")
+	}
+}
+
+// restart stops the server and starts it again on the same data.
+func (s *server) restart() {
+	s.t.Helper()
+	s.stop()
+	s.start()
+}
+
+// cli runs the sless CLI against s the way a user on the same machine does:
+// with only SLESS_DATA_DIR set, so that it discovers the endpoint and token.
+func (s *server) cli(args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(cleanEnv(), "SLESS_DATA_DIR="+s.opts.dataDir)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// mustCLI runs the CLI and fails the test when it fails.
+func (s *server) mustCLI(args ...string) string {
+	s.t.Helper()
+	out, errOut, err := s.cli(args...)
+	if err != nil {
+		s.t.Fatalf("sless %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+// api calls the REST API with the server's token and returns status and body.
+func (s *server) api(method, path, contentType string, body []byte) (int, []byte) {
+	return s.apiWithToken(s.token, method, path, contentType, body)
+}
+
+func (s *server) apiWithToken(token, method, path, contentType string, body []byte) (int, []byte) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.endpoint+path, bytes.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return resp.StatusCode, data
+}
+
+// function is the part of the API's function JSON the tests look at.
+type function struct {
+	Name       string            `json:"name"`
+	Runtime    string            `json:"runtime"`
+	Env        map[string]string `json:"env"`
+	CodeSHA256 string            `json:"code_sha256"`
+	Generation int64             `json:"generation"`
+	Status     struct {
+		Phase              string `json:"phase"`
+		Message            string `json:"message"`
+		CodeSHA256         string `json:"code_sha256"`
+		BuildLog           string `json:"build_log"`
+		ObservedGeneration int64  `json:"observed_generation"`
+	} `json:"status"`
+}
+
+func (s *server) getFunction(ns, name string) (int, function) {
+	s.t.Helper()
+	code, body := s.api("GET", "/v1/namespaces/"+ns+"/functions/"+name, "", nil)
+	var fn function
+	if code == http.StatusOK {
+		if err := json.Unmarshal(body, &fn); err != nil {
+			s.t.Fatalf("decoding %s: %v", body, err)
+		}
+	}
+	return code, fn
+}
+
+// cleanEnv is the test's environment without SLESS_ variables, so that a
+// developer's own settings do not leak into the servers under test.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLESS_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// s3Options returns server options that use PostgreSQL and S3, or ends the
+// test when they are unavailable.
+func postgresS3Options(t *testing.T) serverOptions {
+	s3 := testenv.S3(t)
+	return serverOptions{
+		databaseURL: testenv.Postgres(t),
+		blobURL:     s3.NewBucketURL(),
+		env:         []string{"SLESS_S3_ACCESS_KEY=" + s3.AccessKey, "SLESS_S3_SECRET_KEY=" + s3.SecretKey},
+	}
+}

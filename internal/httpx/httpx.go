@@ -1,0 +1,147 @@
+// Package httpx holds what every module's REST handlers share: handlers that
+// return errors, the typed Error that carries a status and a public message,
+// strict JSON decoding, and the Routes contract that modules implement to
+// mount their handlers.
+package httpx
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"sless.kube5s.ru/sless/internal/validation"
+)
+
+// RoutesGroup is the fx value-group tag of Routes.
+const RoutesGroup = `group:"httpx.routes"`
+
+// Routes is implemented by modules that serve HTTP. V1 is the /v1 group,
+// behind authentication; Root is the engine, for public paths such as /fn.
+type Routes interface {
+	Register(v1 *gin.RouterGroup, root *gin.Engine)
+}
+
+// Error is an error with an HTTP status and a message safe to show clients.
+type Error struct {
+	Code int
+	// Msg is shown to the client.
+	Msg string
+	// Err is the internal cause; it is logged, never sent.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Msg + ": " + e.Err.Error()
+	}
+	return e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with a formatted public message.
+func Errorf(code int, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"`
+	// Fields lists the invalid fields of a validation error.
+	Fields []validation.FieldError `json:"fields,omitempty"`
+}
+
+// HandlerFunc is a gin handler that returns an error instead of writing it.
+type HandlerFunc func(c *gin.Context) error
+
+// Handle adapts h: a *Error becomes its status and message, a
+// *validation.Errors a 400 listing its fields, anything else a logged 500
+// with a generic message.
+func Handle(log *slog.Logger, h HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := h(c); err != nil {
+			WriteError(c, log, err)
+		}
+	}
+}
+
+// WriteError writes err as Handle does.
+func WriteError(c *gin.Context, log *slog.Logger, err error) {
+	var he *Error
+	var ve *validation.Errors
+	switch {
+	case errors.As(err, &ve):
+		c.AbortWithStatusJSON(http.StatusBadRequest, ErrorBody{Error: ve.Error(), Fields: ve.Fields})
+	case errors.As(err, &he):
+		if he.Code >= 500 {
+			log.ErrorContext(c, "request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "status", he.Code, "error", err)
+		}
+		c.AbortWithStatusJSON(he.Code, ErrorBody{Error: he.Msg})
+	default:
+		log.ErrorContext(c, "request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "error", err)
+		c.AbortWithStatusJSON(http.StatusInternalServerError, ErrorBody{Error: "internal server error; the server log has the details"})
+	}
+}
+
+// MaxJSONBytes caps JSON request bodies.
+const MaxJSONBytes = 1 << 20
+
+// DecodeJSON decodes the request body into v, rejecting unknown fields,
+// trailing data and bodies over MaxJSONBytes with a 400 that says what is
+// wrong and where.
+func DecodeJSON(c *gin.Context, v any) error {
+	body, err := io.ReadAll(io.LimitReader(c.Request.Body, MaxJSONBytes+1))
+	if err != nil {
+		return Errorf(http.StatusBadRequest, "reading the request body: %v", err)
+	}
+	if len(body) > MaxJSONBytes {
+		return Errorf(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", MaxJSONBytes)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return Errorf(http.StatusBadRequest, "request body is empty; send a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Errorf(http.StatusBadRequest, "invalid JSON body: %s", describeJSONError(err, body))
+	}
+	if dec.More() {
+		return Errorf(http.StatusBadRequest, "invalid JSON body: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func describeJSONError(err error, body []byte) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		line, col := position(body, syn.Offset)
+		return fmt.Sprintf("%s at line %d, column %d", syn.Error(), line, col)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q must be %s, not %s", typ.Field, typ.Type.String(), typ.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the JSON ends too early"
+	}
+	// "json: unknown field \"x\"" and friends are clear already.
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func position(body []byte, offset int64) (line, col int) {
+	line, col = 1, 1
+	for _, b := range body[:min(int(offset), len(body))] {
+		if b == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}

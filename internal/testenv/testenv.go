@@ -1,0 +1,98 @@
+// Package testenv gives tests real services (PostgreSQL, an S3 server) and
+// decides what happens when one is missing.
+//
+// The rule: `go test ./...` on a fresh machine passes, skipping the tests
+// whose service is missing, with a message naming SLESS_REQUIRE_SERVICES.
+// With SLESS_REQUIRE_SERVICES=1 (CI) a missing service fails the test
+// instead, so a broken environment cannot pass as green.
+//
+// Every helper gives the calling test its own isolated resource (a schema, a
+// server) and removes it with t.Cleanup. The helpers are safe to call from
+// parallel tests.
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// EnvRequireServices names the variable that turns missing services from
+// skips into failures.
+const EnvRequireServices = "SLESS_REQUIRE_SERVICES"
+
+// ModulePath is the module RepoRoot looks for.
+const ModulePath = "sless.kube5s.ru/sless"
+
+// Required reports whether missing services are failures: whether
+// SLESS_REQUIRE_SERVICES is set to a true value ("1", "true", ...). Any other
+// non-empty value than a boolean fails t, so that a typo in CI does not
+// silently turn failures into skips.
+func Required(t testing.TB) bool {
+	t.Helper()
+	v := os.Getenv(EnvRequireServices)
+	if v == "" {
+		return false
+	}
+	required, err := strconv.ParseBool(v)
+	if err != nil {
+		t.Fatalf("%s=%q: want 1 or 0", EnvRequireServices, v)
+	}
+	return required
+}
+
+// Unavailable ends t because a service it needs is missing: t.Fatalf when
+// services are required (see Required), t.Skipf otherwise, with the
+// formatted reason.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if Required(t) {
+		t.Fatalf(format+" (a failure because %s is set)", append(args, EnvRequireServices)...)
+	} else {
+		t.Skipf(format+" (set %s=1 to make this a failure)", append(args, EnvRequireServices)...)
+	}
+}
+
+// RepoRoot returns the repository root: the nearest directory at or above
+// the working directory whose go.mod declares ModulePath. Tests run in their
+// package's directory, so this finds hack/ scripts and shared test data.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("find repository root: %v", err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(data) == ModulePath {
+			return dir
+		}
+		if dir == filepath.Dir(dir) {
+			t.Fatalf("find repository root: no go.mod of module %s at or above %s", ModulePath, wd)
+		}
+	}
+}
+
+// modulePath returns the module path declared in go.mod content, or "".
+func modulePath(gomod []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(gomod))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "module" {
+			return strings.Trim(fields[1], "\"`")
+		}
+	}
+	return ""
+}
+
+// randomHex returns 2n random lower-case hex digits, for names and secrets.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand since Go 1.24)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,80 @@
+// Package validation collects field-level validation errors and holds the
+// name rules shared by every resource of the API.
+package validation
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// ErrInvalid is matched by errors.Is for every *Errors.
+var ErrInvalid = errors.New("invalid")
+
+// FieldError is one invalid field.
+type FieldError struct {
+	// Field is the JSON path of the field, e.g. "env.FOO".
+	Field string `json:"field"`
+	// Msg says what is wrong and what is allowed.
+	Msg string `json:"message"`
+}
+
+// Errors is a list of invalid fields of one resource. Its message names
+// every field so that a user can fix them all at once.
+type Errors struct {
+	// Resource is what was validated, e.g. "function".
+	Resource string
+	Fields   []FieldError
+}
+
+// Add records an invalid field.
+func (e *Errors) Add(field, format string, args ...any) {
+	e.Fields = append(e.Fields, FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Err returns e when it holds a field error and nil otherwise.
+func (e *Errors) Err() error {
+	if len(e.Fields) == 0 {
+		return nil
+	}
+	return e
+}
+
+func (e *Errors) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Msg
+	}
+	return fmt.Sprintf("invalid %s: %s", e.Resource, strings.Join(parts, "; "))
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *Errors) Is(target error) bool { return target == ErrInvalid }
+
+// MaxNameLength is the longest resource or namespace name (a DNS-1123 label,
+// so that names map to Kubernetes objects unchanged).
+const MaxNameLength = 63
+
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// CheckName returns why name is not a valid DNS-1123 label, or "".
+func CheckName(name string) string {
+	switch {
+	case name == "":
+		return "is required"
+	case len(name) > MaxNameLength:
+		return fmt.Sprintf("must be at most %d characters (got %d)", MaxNameLength, len(name))
+	case !dns1123Label.MatchString(name):
+		return fmt.Sprintf("%q must consist of lower-case letters, digits and '-', and start and end with a letter or digit", name)
+	}
+	return ""
+}
+
+// CheckRange returns why v is outside [lo, hi], or "".
+func CheckRange(v, lo, hi int) string {
+	if v < lo || v > hi {
+		return fmt.Sprintf("must be between %d and %d (got %d)", lo, hi, v)
+	}
+	return ""
+}

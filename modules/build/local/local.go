@@ -1,0 +1,200 @@
+// Package local is the embedded mode's builder: it extracts the uploaded zip
+// into a content-addressed artifact directory and installs the code's
+// dependencies there with the runtime's tool.
+package local
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"sless.kube5s.ru/sless/internal/tail"
+	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/safezip"
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/storage"
+)
+
+// Runtimes looks up runtime providers; *runtime.Registry implements it.
+type Runtimes interface {
+	Get(name string) (runtime.Provider, error)
+}
+
+// Builder implements build.Builder with directories under Dir:
+// Dir/<id> is the artifact of one (runtime, code) pair, where id is a hash of
+// both, so functions with the same code share it; Dir/.tmp-* are builds in
+// progress.
+type Builder struct {
+	dir      string
+	blobs    storage.Blobs
+	runtimes Runtimes
+	limits   safezip.Limits
+	log      *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// New returns a builder that keeps artifacts in dir, removing what builds
+// interrupted by a crash left behind.
+func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limits, log *slog.Logger) (*Builder, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the artifact directory: %w", err)
+	}
+	stale, err := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range stale {
+		if err := os.RemoveAll(s); err != nil {
+			return nil, fmt.Errorf("removing an interrupted build: %w", err)
+		}
+	}
+	return &Builder{dir: dir, blobs: blobs, runtimes: runtimes, limits: limits, log: log, locks: map[string]*sync.Mutex{}}, nil
+}
+
+var _ build.Builder = (*Builder)(nil)
+
+// Build implements build.Builder.
+func (b *Builder) Build(ctx context.Context, req build.Request) (build.Result, error) {
+	p, err := b.runtimes.Get(req.Runtime)
+	if err != nil {
+		return build.Result{}, &build.Error{Msg: err.Error(), Err: err}
+	}
+	id := artifactID(req)
+	unlock := b.lock(id)
+	defer unlock()
+
+	final := filepath.Join(b.dir, id)
+	res := build.Result{Artifact: final, Reused: true}
+	if _, err := os.Stat(final); errors.Is(err, os.ErrNotExist) {
+		res, err = b.build(ctx, p, req, final)
+		if err != nil {
+			return build.Result{}, err
+		}
+	} else if err != nil {
+		return build.Result{}, fmt.Errorf("checking artifact %s: %w", id, err)
+	}
+	if err := checkHandler(p, req.Handler, final); err != nil {
+		return build.Result{}, err
+	}
+	return res, nil
+}
+
+// artifactID hashes what the artifact depends on: the handler is checked on
+// every build but does not change the artifact.
+func artifactID(req build.Request) string {
+	h := sha256.Sum256([]byte(req.Runtime + "\x00" + req.CodeSHA256))
+	return hex.EncodeToString(h[:])
+}
+
+func (b *Builder) lock(id string) func() {
+	b.mu.Lock()
+	m, ok := b.locks[id]
+	if !ok {
+		m = &sync.Mutex{}
+		b.locks[id] = m
+	}
+	b.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// build extracts the code and installs its dependencies in a temporary
+// directory that is renamed to final only when everything succeeded.
+func (b *Builder) build(ctx context.Context, p runtime.Provider, req build.Request, final string) (build.Result, error) {
+	tmp, err := os.MkdirTemp(b.dir, ".tmp-")
+	if err != nil {
+		return build.Result{}, fmt.Errorf("creating a build directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	code := filepath.Join(tmp, "code")
+	if err := os.Mkdir(code, 0o755); err != nil {
+		return build.Result{}, err
+	}
+	if err := b.extract(ctx, req.CodeSHA256, filepath.Join(tmp, "code.zip"), code); err != nil {
+		return build.Result{}, err
+	}
+	log := &tail.Buffer{Max: build.LogLimit}
+	if inst, ok := p.(runtime.DependencyInstaller); ok {
+		if _, err := os.Stat(filepath.Join(code, inst.DependencyFile())); err == nil {
+			b.log.InfoContext(ctx, "installing dependencies", "namespace", req.Namespace, "function", req.Function, "file", inst.DependencyFile())
+			if err := inst.InstallDependencies(ctx, code, log); err != nil {
+				msg := fmt.Sprintf("installing dependencies from %s failed: %v", inst.DependencyFile(), err)
+				if ctx.Err() != nil {
+					msg = fmt.Sprintf("the build was stopped while installing dependencies from %s: %v", inst.DependencyFile(), context.Cause(ctx))
+				}
+				return build.Result{}, &build.Error{Msg: msg, Log: log.String(), Err: err}
+			}
+		}
+	}
+	if err := os.Rename(code, final); err != nil {
+		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
+	}
+	return build.Result{Artifact: final, Log: log.String()}, nil
+}
+
+// extract copies the zip blob to a local file (zip needs random access) and
+// unpacks it safely into dir.
+func (b *Builder) extract(ctx context.Context, sha, zipPath, dir string) error {
+	src, err := b.blobs.Open(ctx, sha)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return &build.Error{Msg: fmt.Sprintf("the uploaded code %s is missing from the blob store; upload it again", sha), Err: err}
+		}
+		return fmt.Errorf("opening code %s: %w", sha, err)
+	}
+	defer src.Close()
+	f, err := os.Create(zipPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	size, err := io.Copy(f, src)
+	if err != nil {
+		return fmt.Errorf("copying code %s: %w", sha, err)
+	}
+	if err := safezip.Extract(f, size, dir, b.limits); err != nil {
+		return &build.Error{Msg: err.Error(), Err: err}
+	}
+	return nil
+}
+
+// checkHandler fails the build when none of the handler's candidate files is
+// in the code, listing what is at the top level to help spot a zip that has
+// an extra directory level.
+func checkHandler(p runtime.Provider, handler, dir string) error {
+	files, err := p.HandlerFiles(handler)
+	if err != nil {
+		return &build.Error{Msg: err.Error(), Err: err}
+	}
+	for _, f := range files {
+		if st, err := os.Stat(filepath.Join(dir, f)); err == nil && st.Mode().IsRegular() {
+			return nil
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	var top []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() {
+			name += "/"
+		}
+		top = append(top, name)
+	}
+	slices.Sort(top)
+	if len(top) > 20 {
+		top = append(top[:20], "...")
+	}
+	return &build.Error{Msg: fmt.Sprintf("handler %q needs %s in the uploaded code, which has at its top level: %s",
+		handler, strings.Join(files, " or "), strings.Join(top, ", "))}
+}

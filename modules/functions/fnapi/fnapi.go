@@ -1,0 +1,277 @@
+// Package fnapi serves the functions REST API under
+// /v1/namespaces/{ns}/functions.
+package fnapi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"os"
+	"strconv"
+
+	"github.com/dustin/go-humanize"
+	"github.com/gin-gonic/gin"
+
+	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/modules/build/safezip"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/storage"
+)
+
+// API is the functions REST API.
+type API struct {
+	store    functions.Store
+	runtimes functions.Runtimes
+	notifier functions.ChangeNotifier
+	blobs    storage.Blobs
+	limits   safezip.Limits
+	tempDir  string
+	log      *slog.Logger
+}
+
+// New returns the API. Uploads are checked against limits and spooled to
+// files in tempDir.
+func New(store functions.Store, runtimes functions.Runtimes, notifier functions.ChangeNotifier,
+	blobs storage.Blobs, limits safezip.Limits, tempDir string, log *slog.Logger) *API {
+	return &API{store: store, runtimes: runtimes, notifier: notifier, blobs: blobs, limits: limits, tempDir: tempDir, log: log}
+}
+
+// Register implements httpx.Routes.
+func (a *API) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
+	g := v1.Group("/namespaces/:ns/functions")
+	g.POST("", a.handle(a.create))
+	g.GET("", a.handle(a.list))
+	g.GET("/:name", a.handle(a.get))
+	g.PUT("/:name", a.handle(a.update))
+	g.DELETE("/:name", a.handle(a.delete))
+	g.POST("/:name/upload", a.handle(a.upload))
+}
+
+func (a *API) handle(h httpx.HandlerFunc) gin.HandlerFunc { return httpx.Handle(a.log, h) }
+
+// ListResponse is the body of a list call.
+type ListResponse struct {
+	Items []*functions.Function `json:"items"`
+	// Continue, when set, is passed as ?continue= to get the next page.
+	Continue string `json:"continue,omitempty"`
+}
+
+func key(c *gin.Context) functions.Key {
+	return functions.Key{Namespace: c.Param("ns"), Name: c.Param("name")}
+}
+
+func (a *API) create(c *gin.Context) error {
+	var fn functions.Function
+	if err := httpx.DecodeJSON(c, &fn); err != nil {
+		return err
+	}
+	if err := checkNamespace(c, &fn); err != nil {
+		return err
+	}
+	functions.ApplyDefaults(&fn.Spec, a.runtimes)
+	if err := functions.Validate(&fn, a.runtimes); err != nil {
+		return err
+	}
+	created, err := a.store.Create(c, &fn)
+	if errors.Is(err, functions.ErrAlreadyExists) {
+		return httpx.Errorf(http.StatusConflict, "function %q already exists in namespace %q; use PUT to update it", fn.Name, fn.Namespace)
+	}
+	if err != nil {
+		return err
+	}
+	a.notifier.Changed(created.Key())
+	c.JSON(http.StatusCreated, created)
+	return nil
+}
+
+// checkNamespace fills the body's namespace from the URL, or rejects a body
+// that names another one.
+func checkNamespace(c *gin.Context, fn *functions.Function) error {
+	ns := c.Param("ns")
+	if fn.Namespace != "" && fn.Namespace != ns {
+		return httpx.Errorf(http.StatusBadRequest, "namespace %q in the body does not match %q in the URL", fn.Namespace, ns)
+	}
+	fn.Namespace = ns
+	return nil
+}
+
+func (a *API) list(c *gin.Context) error {
+	opts := functions.ListOptions{After: c.Query("continue")}
+	if s := c.Query("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > functions.MaxPageSize {
+			return httpx.Errorf(http.StatusBadRequest, "limit must be a number between 1 and %d", functions.MaxPageSize)
+		}
+		opts.Limit = n
+	}
+	items, more, err := a.store.List(c, c.Param("ns"), opts)
+	if err != nil {
+		return err
+	}
+	resp := ListResponse{Items: items}
+	if more {
+		resp.Continue = items[len(items)-1].Name
+	}
+	c.JSON(http.StatusOK, resp)
+	return nil
+}
+
+func (a *API) get(c *gin.Context) error {
+	fn, err := a.store.Get(c, key(c))
+	if err != nil {
+		return notFound(err, key(c))
+	}
+	c.JSON(http.StatusOK, fn)
+	return nil
+}
+
+func notFound(err error, k functions.Key) error {
+	if errors.Is(err, functions.ErrNotFound) {
+		return httpx.Errorf(http.StatusNotFound, "function %q not found in namespace %q", k.Name, k.Namespace)
+	}
+	return err
+}
+
+func (a *API) update(c *gin.Context) error {
+	k := key(c)
+	var fn functions.Function
+	if err := httpx.DecodeJSON(c, &fn); err != nil {
+		return err
+	}
+	if fn.Name == "" {
+		fn.Name = k.Name
+	}
+	if fn.Name != k.Name {
+		return httpx.Errorf(http.StatusBadRequest, "name %q in the body does not match %q in the URL; functions cannot be renamed", fn.Name, k.Name)
+	}
+	if err := checkNamespace(c, &fn); err != nil {
+		return err
+	}
+	functions.ApplyDefaults(&fn.Spec, a.runtimes)
+	if err := functions.Validate(&fn, a.runtimes); err != nil {
+		return err
+	}
+	updated, err := a.store.UpdateSpec(c, k, fn.Spec)
+	if err != nil {
+		return notFound(err, k)
+	}
+	a.notifier.Changed(k)
+	c.JSON(http.StatusOK, updated)
+	return nil
+}
+
+func (a *API) delete(c *gin.Context) error {
+	k := key(c)
+	if err := a.store.Delete(c, k); err != nil {
+		return notFound(err, k)
+	}
+	a.notifier.Changed(k)
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+// upload stores a zip as the function's code. The zip is spooled to a file
+// while it is hashed, checked entry by entry (a bad zip is refused with a
+// message naming the entry and changes nothing) and only then stored.
+func (a *API) upload(c *gin.Context) error {
+	k := key(c)
+	if _, err := a.store.Get(c, k); err != nil {
+		return notFound(err, k)
+	}
+	body, err := zipBody(c)
+	if err != nil {
+		return err
+	}
+	f, size, sum, err := a.spool(body)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if err := safezip.Check(f, size, a.limits); err != nil {
+		return httpx.Errorf(http.StatusBadRequest, "%v", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	blob, err := a.blobs.Put(c, f)
+	if err != nil {
+		return fmt.Errorf("storing the upload of %s: %w", k, err)
+	}
+	if blob.SHA256 != sum {
+		return fmt.Errorf("blob store returned key %s for content with SHA-256 %s", blob.SHA256, sum)
+	}
+	updated, err := a.store.SetCode(c, k, blob.SHA256)
+	if err != nil {
+		return notFound(err, k)
+	}
+	a.notifier.Changed(k)
+	c.JSON(http.StatusAccepted, updated)
+	return nil
+}
+
+// zipBody returns the zip in the request: the raw body, or the multipart
+// form field "file".
+func zipBody(c *gin.Context) (io.Reader, error) {
+	ct := c.GetHeader("Content-Type")
+	if ct == "" {
+		return c.Request.Body, nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return nil, httpx.Errorf(http.StatusUnsupportedMediaType, "invalid Content-Type %q", ct)
+	}
+	switch mt {
+	case "application/zip", "application/x-zip-compressed", "application/octet-stream":
+		return c.Request.Body, nil
+	case "multipart/form-data":
+		mr, err := c.Request.MultipartReader()
+		if err != nil {
+			return nil, httpx.Errorf(http.StatusBadRequest, "reading the multipart body: %v", err)
+		}
+		for {
+			part, err := mr.NextPart()
+			if err == io.EOF {
+				return nil, httpx.Errorf(http.StatusBadRequest, `multipart body has no field "file"`)
+			}
+			if err != nil {
+				return nil, httpx.Errorf(http.StatusBadRequest, "reading the multipart body: %v", err)
+			}
+			if part.FormName() == "file" {
+				return part, nil
+			}
+		}
+	}
+	return nil, httpx.Errorf(http.StatusUnsupportedMediaType, "upload a zip as application/zip or as the multipart form field \"file\", not %s", mt)
+}
+
+// spool copies at most the compressed-size limit of r into a temporary file
+// and returns it with its size and SHA-256.
+func (a *API) spool(r io.Reader) (*os.File, int64, string, error) {
+	f, err := os.CreateTemp(a.tempDir, "upload-*.zip")
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("creating a spool file: %w", err)
+	}
+	fail := func(err error) (*os.File, int64, string, error) {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, 0, "", err
+	}
+	limit := a.limits.MaxCompressedBytes
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, limit+1))
+	switch {
+	case err == nil && n > limit:
+		return fail(httpx.Errorf(http.StatusRequestEntityTooLarge, "the upload exceeds the limit of %s for a zip", humanize.IBytes(uint64(limit))))
+	case err != nil:
+		return fail(httpx.Errorf(http.StatusBadRequest, "reading the upload: %v", err))
+	case n == 0:
+		return fail(httpx.Errorf(http.StatusBadRequest, "the upload is empty; send a zip of your code"))
+	}
+	return f, n, hex.EncodeToString(h.Sum(nil)), nil
+}

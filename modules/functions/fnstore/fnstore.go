@@ -1,0 +1,254 @@
+// Package fnstore is the gorm implementation of functions.Store, for SQLite
+// and PostgreSQL.
+package fnstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
+)
+
+// row is the functions table. Spec and status are columns of their own so
+// that UpdateSpec and UpdateStatus write disjoint columns.
+type row struct {
+	ID             int64  `gorm:"primaryKey"`
+	Namespace      string `gorm:"size:63;not null;uniqueIndex:functions_ns_name,priority:1"`
+	Name           string `gorm:"size:63;not null;uniqueIndex:functions_ns_name,priority:2"`
+	Runtime        string `gorm:"size:32;not null"`
+	Handler        string `gorm:"size:255;not null"`
+	Env            string `gorm:"type:text;not null"`
+	TimeoutSeconds int    `gorm:"not null"`
+	MemoryMB       int    `gorm:"column:memory_mb;not null"`
+	MinInstances   int    `gorm:"not null"`
+	MaxInstances   int    `gorm:"not null"`
+	Concurrency    int    `gorm:"not null"`
+	CodeSHA256     string `gorm:"column:code_sha256;size:64;not null"`
+	Generation     int64  `gorm:"not null"`
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+
+	StatusPhase              string `gorm:"size:16;not null"`
+	StatusMessage            string `gorm:"type:text;not null"`
+	StatusCodeSHA256         string `gorm:"column:status_code_sha256;size:64;not null"`
+	StatusBuildLog           string `gorm:"type:text;not null"`
+	StatusObservedGeneration int64  `gorm:"not null"`
+	StatusUpdatedAt          time.Time
+	StatusArtifact           string `gorm:"type:text;not null"`
+	StatusBuildKey           string `gorm:"size:64;not null"`
+}
+
+func (row) TableName() string { return "functions" }
+
+// Migrations are the functions module's schema versions.
+func Migrations() []sqldb.Migration {
+	return []sqldb.Migration{{
+		Module: "functions", Version: 1, Name: "create functions",
+		// row is frozen for version 1: a later schema change adds a migration
+		// with its own struct instead of editing this one.
+		Up: func(tx *gorm.DB) error { return tx.Migrator().CreateTable(&row{}) },
+	}}
+}
+
+// Store implements functions.Store.
+type Store struct {
+	db *gorm.DB
+}
+
+// New returns a store on db; the migrations must have run.
+func New(db *gorm.DB) *Store { return &Store{db: db} }
+
+var _ functions.Store = (*Store)(nil)
+
+// Create implements functions.Store.
+func (s *Store) Create(ctx context.Context, fn *functions.Function) (*functions.Function, error) {
+	r, err := toRow(fn)
+	if err != nil {
+		return nil, err
+	}
+	r.Generation = 1
+	r.StatusPhase = string(functions.PhasePending)
+	r.StatusUpdatedAt = sqldb.Now()
+	if err := s.db.WithContext(ctx).Create(&r).Error; err != nil {
+		if errors.Is(err, gorm.ErrDuplicatedKey) {
+			return nil, fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, functions.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("creating function %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	return fromRow(&r)
+}
+
+// Get implements functions.Store.
+func (s *Store) Get(ctx context.Context, key functions.Key) (*functions.Function, error) {
+	r, err := s.get(s.db.WithContext(ctx), key)
+	if err != nil {
+		return nil, err
+	}
+	return fromRow(r)
+}
+
+func (s *Store) get(db *gorm.DB, key functions.Key) (*row, error) {
+	var r row
+	err := db.Where("namespace = ? AND name = ?", key.Namespace, key.Name).Take(&r).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, fmt.Errorf("function %s: %w", key, functions.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading function %s: %w", key, err)
+	}
+	return &r, nil
+}
+
+// List implements functions.Store.
+func (s *Store) List(ctx context.Context, namespace string, opts functions.ListOptions) ([]*functions.Function, bool, error) {
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = functions.DefaultPageSize
+	}
+	limit = min(limit, functions.MaxPageSize)
+	var rows []row
+	err := s.db.WithContext(ctx).Where("namespace = ? AND name > ?", namespace, opts.After).
+		Order("name").Limit(limit + 1).Find(&rows).Error
+	if err != nil {
+		return nil, false, fmt.Errorf("listing functions in %s: %w", namespace, err)
+	}
+	more := len(rows) > limit
+	rows = rows[:min(len(rows), limit)]
+	out := make([]*functions.Function, 0, len(rows))
+	for i := range rows {
+		fn, err := fromRow(&rows[i])
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, fn)
+	}
+	return out, more, nil
+}
+
+// Keys implements functions.Store.
+func (s *Store) Keys(ctx context.Context) ([]functions.Key, error) {
+	var rows []row
+	if err := s.db.WithContext(ctx).Select("namespace", "name").Order("namespace, name").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("listing function keys: %w", err)
+	}
+	keys := make([]functions.Key, len(rows))
+	for i, r := range rows {
+		keys[i] = functions.Key{Namespace: r.Namespace, Name: r.Name}
+	}
+	return keys, nil
+}
+
+// UpdateSpec implements functions.Store.
+func (s *Store) UpdateSpec(ctx context.Context, key functions.Key, spec functions.Spec) (*functions.Function, error) {
+	env, err := json.Marshal(spec.Env)
+	if err != nil {
+		return nil, err
+	}
+	return s.update(ctx, key, map[string]any{
+		"runtime": spec.Runtime, "handler": spec.Handler, "env": string(env),
+		"timeout_seconds": spec.TimeoutSeconds, "memory_mb": spec.MemoryMB,
+		"min_instances": spec.MinInstances, "max_instances": spec.MaxInstances,
+		"concurrency": spec.Concurrency,
+	})
+}
+
+// SetCode implements functions.Store.
+func (s *Store) SetCode(ctx context.Context, key functions.Key, codeSHA256 string) (*functions.Function, error) {
+	return s.update(ctx, key, map[string]any{"code_sha256": codeSHA256})
+}
+
+// update writes desired-state columns, increments the generation and returns
+// the function as stored, in one transaction.
+func (s *Store) update(ctx context.Context, key functions.Key, cols map[string]any) (*functions.Function, error) {
+	cols["generation"] = gorm.Expr("generation + 1")
+	cols["updated_at"] = sqldb.Now()
+	var out *row
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&row{}).Where("namespace = ? AND name = ?", key.Namespace, key.Name).Updates(cols)
+		if res.Error != nil {
+			return fmt.Errorf("updating function %s: %w", key, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("function %s: %w", key, functions.ErrNotFound)
+		}
+		var err error
+		out, err = s.get(tx, key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fromRow(out)
+}
+
+// UpdateStatus implements functions.Store.
+func (s *Store) UpdateStatus(ctx context.Context, key functions.Key, st functions.Status) error {
+	res := s.db.WithContext(ctx).Model(&row{}).Where("namespace = ? AND name = ?", key.Namespace, key.Name).
+		Updates(map[string]any{
+			"status_phase": string(st.Phase), "status_message": st.Message,
+			"status_code_sha256": st.CodeSHA256, "status_build_log": st.BuildLog,
+			"status_observed_generation": st.ObservedGeneration, "status_updated_at": st.UpdatedAt.UTC().Truncate(time.Microsecond),
+			"status_artifact": st.Artifact, "status_build_key": st.BuildKey,
+		})
+	if res.Error != nil {
+		return fmt.Errorf("updating the status of function %s: %w", key, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("function %s: %w", key, functions.ErrNotFound)
+	}
+	return nil
+}
+
+// Delete implements functions.Store.
+func (s *Store) Delete(ctx context.Context, key functions.Key) error {
+	res := s.db.WithContext(ctx).Where("namespace = ? AND name = ?", key.Namespace, key.Name).Delete(&row{})
+	if res.Error != nil {
+		return fmt.Errorf("deleting function %s: %w", key, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("function %s: %w", key, functions.ErrNotFound)
+	}
+	return nil
+}
+
+func toRow(fn *functions.Function) (row, error) {
+	env, err := json.Marshal(fn.Env)
+	if err != nil {
+		return row{}, err
+	}
+	return row{
+		Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Runtime, Handler: fn.Handler,
+		Env: string(env), TimeoutSeconds: fn.TimeoutSeconds, MemoryMB: fn.MemoryMB,
+		MinInstances: fn.MinInstances, MaxInstances: fn.MaxInstances, Concurrency: fn.Concurrency,
+		CodeSHA256: fn.CodeSHA256,
+	}, nil
+}
+
+func fromRow(r *row) (*functions.Function, error) {
+	fn := &functions.Function{
+		Name: r.Name, Namespace: r.Namespace,
+		Spec: functions.Spec{
+			Runtime: r.Runtime, Handler: r.Handler, TimeoutSeconds: r.TimeoutSeconds,
+			MemoryMB: r.MemoryMB, MinInstances: r.MinInstances, MaxInstances: r.MaxInstances,
+			Concurrency: r.Concurrency,
+		},
+		CodeSHA256: r.CodeSHA256, Generation: r.Generation,
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		Status: functions.Status{
+			Phase: functions.Phase(r.StatusPhase), Message: r.StatusMessage,
+			CodeSHA256: r.StatusCodeSHA256, BuildLog: r.StatusBuildLog,
+			ObservedGeneration: r.StatusObservedGeneration, UpdatedAt: r.StatusUpdatedAt.UTC(),
+			Artifact: r.StatusArtifact, BuildKey: r.StatusBuildKey,
+		},
+	}
+	if err := json.Unmarshal([]byte(r.Env), &fn.Env); err != nil {
+		return nil, fmt.Errorf("function %s/%s has a corrupt env column: %w", r.Namespace, r.Name, err)
+	}
+	return fn, nil
+}

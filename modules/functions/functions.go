@@ -1,0 +1,146 @@
+// Package functions is the contract of the functions module: the Function
+// model of the REST API, its validation, the Store that persists it and the
+// notifications that drive reconciliation.
+package functions
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors returned (wrapped) by Store implementations.
+var (
+	ErrNotFound      = errors.New("function not found")
+	ErrAlreadyExists = errors.New("function already exists")
+)
+
+// Phase is the coarse state of a function.
+type Phase string
+
+// Phases of a function's lifecycle.
+const (
+	// PhasePending: no code uploaded yet, or a change is waiting for the reconciler.
+	PhasePending Phase = "Pending"
+	// PhaseBuilding: the uploaded code is being built.
+	PhaseBuilding Phase = "Building"
+	// PhaseReady: the current code is built and the function can be invoked.
+	PhaseReady Phase = "Ready"
+	// PhaseFailed: the build (or start) of the current code failed; Message says why.
+	PhaseFailed Phase = "Failed"
+)
+
+// Spec is the desired state a user writes.
+type Spec struct {
+	// Runtime is a registered runtime name such as "python3.11" or "nodejs20".
+	Runtime string `json:"runtime"`
+	// Handler is "<file>.<function>"; default: the runtime's default handler.
+	Handler string `json:"handler,omitempty"`
+	// Env is the function's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// TimeoutSeconds bounds one invocation; default 30.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// MemoryMB bounds an instance's memory; default 256.
+	MemoryMB int `json:"memory_mb,omitempty"`
+	// MinInstances stay warm; default 0 (scale to zero).
+	MinInstances int `json:"min_instances"`
+	// MaxInstances caps instances; default 10.
+	MaxInstances int `json:"max_instances,omitempty"`
+	// Concurrency caps in-flight invocations per instance; default 1.
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// Status is the observed state, written by the reconciler only.
+type Status struct {
+	Phase   Phase  `json:"phase"`
+	Message string `json:"message,omitempty"`
+	// CodeSHA256 is the code of the artifact that serves invocations.
+	CodeSHA256 string `json:"code_sha256,omitempty"`
+	// BuildLog is the output of the last build that produced any.
+	BuildLog string `json:"build_log,omitempty"`
+	// ObservedGeneration is the generation this status describes.
+	ObservedGeneration int64 `json:"observed_generation"`
+	// UpdatedAt is when the status last changed.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+
+	// Artifact is the builder's reference of the serving artifact. Internal.
+	Artifact string `json:"-"`
+	// BuildKey is the key of the last build attempted. Internal: a Failed
+	// function with an unchanged key and generation is not rebuilt.
+	BuildKey string `json:"-"`
+}
+
+// Function is a function as the REST API shows it.
+type Function struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Spec
+	// CodeSHA256 is the SHA-256 of the last uploaded zip; empty before the
+	// first upload.
+	CodeSHA256 string `json:"code_sha256,omitempty"`
+	// Generation increases on every change of Spec or code.
+	Generation int64     `json:"generation"`
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	Status     Status    `json:"status"`
+}
+
+// Key names a function.
+type Key struct {
+	Namespace, Name string
+}
+
+func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// Key returns the function's key.
+func (f *Function) Key() Key { return Key{f.Namespace, f.Name} }
+
+// ListOptions selects a page of a list.
+type ListOptions struct {
+	// Limit is the page size; 0 means DefaultPageSize.
+	Limit int
+	// After is the name after which the page starts (a continue token).
+	After string
+}
+
+// Page sizes of list calls.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// Store persists functions. Implementations are safe for concurrent use.
+// Writes of the spec and of the status never overwrite each other.
+type Store interface {
+	// Create stores a new function with generation 1, or fails with
+	// ErrAlreadyExists.
+	Create(ctx context.Context, fn *Function) (*Function, error)
+	// Get returns one function or ErrNotFound.
+	Get(ctx context.Context, key Key) (*Function, error)
+	// List returns a namespace's functions ordered by name, after
+	// opts.After, at most opts.Limit; more reports whether more follow.
+	List(ctx context.Context, namespace string, opts ListOptions) (items []*Function, more bool, err error)
+	// Keys returns every function's key, for a resync after start-up.
+	Keys(ctx context.Context) ([]Key, error)
+	// UpdateSpec replaces the spec and increments the generation.
+	UpdateSpec(ctx context.Context, key Key, spec Spec) (*Function, error)
+	// SetCode records an uploaded zip and increments the generation.
+	SetCode(ctx context.Context, key Key, codeSHA256 string) (*Function, error)
+	// UpdateStatus replaces the status.
+	UpdateStatus(ctx context.Context, key Key, status Status) error
+	// Delete removes the function or fails with ErrNotFound.
+	Delete(ctx context.Context, key Key) error
+}
+
+// ChangeNotifier is told about every write to a function so that the
+// reconciler looks at it. The embedded mode enqueues the key; in the cluster
+// mode the controllers watch the objects and the notifier does nothing.
+type ChangeNotifier interface {
+	Changed(key Key)
+}
+
+// NotifierFunc adapts a function to ChangeNotifier.
+type NotifierFunc func(Key)
+
+// Changed implements ChangeNotifier.
+func (f NotifierFunc) Changed(key Key) { f(key) }

@@ -1,0 +1,62 @@
+// Package functionsfx provides the functions module of the embedded mode: the
+// store, the REST API, and the reconciler driven by a work queue.
+package functionsfx
+
+import (
+	"log/slog"
+	"time"
+
+	"go.uber.org/fx"
+	"gorm.io/gorm"
+
+	"sless.kube5s.ru/sless/internal/controller"
+	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/safezip"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/functions/fnapi"
+	"sless.kube5s.ru/sless/modules/functions/fnstore"
+	"sless.kube5s.ru/sless/modules/functions/reconcile"
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/storage"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
+)
+
+// Config configures the functions module.
+type Config struct {
+	// BuildTimeout bounds one build.
+	BuildTimeout time.Duration
+	// UploadLimits bound uploaded zips.
+	UploadLimits safezip.Limits
+	// UploadDir holds uploads while they are checked.
+	UploadDir string
+	// Workers is the number of functions reconciled at once.
+	Workers int
+}
+
+// Module is the functions module.
+var Module = fx.Module("functions",
+	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "functions") }),
+	fx.Provide(
+		fx.Annotate(newStore, fx.As(new(functions.Store))),
+		fx.Annotate(fnstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
+		newController,
+		fx.Annotate(newAPI, fx.As(new(httpx.Routes)), fx.ResultTags(httpx.RoutesGroup)),
+	),
+)
+
+func newStore(db *gorm.DB) *fnstore.Store { return fnstore.New(db) }
+
+// Controller is the embedded driver of the function reconciler.
+type Controller = controller.Controller[functions.Key]
+
+func newController(lc fx.Lifecycle, c Config, store functions.Store, builder build.Builder, log *slog.Logger) (*Controller, functions.ChangeNotifier) {
+	rec := reconcile.New(store, builder, c.BuildTimeout, log)
+	ctrl := controller.New("functions", rec.Reconcile, store.Keys, c.Workers, log)
+	lc.Append(fx.Hook{OnStart: ctrl.Start, OnStop: ctrl.Stop})
+	return ctrl, functions.NotifierFunc(ctrl.Enqueue)
+}
+
+func newAPI(c Config, store functions.Store, runtimes *runtime.Registry, notifier functions.ChangeNotifier, blobs storage.Blobs, log *slog.Logger) *fnapi.API {
+	return fnapi.New(store, runtimes, notifier, blobs, c.UploadLimits, c.UploadDir, log)
+}

@@ -1,0 +1,126 @@
+// Package reconcile is the one lifecycle of a function, shared by the
+// embedded and the cluster mode: desired spec + observed status -> build if
+// the code changed -> status. It depends on contracts only; the embedded mode
+// drives it from a work queue, the cluster mode from controller-runtime.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"sless.kube5s.ru/sless/internal/controller"
+	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/functions"
+)
+
+// Reconciler reconciles functions.
+type Reconciler struct {
+	store        functions.Store
+	builder      build.Builder
+	buildTimeout time.Duration
+	log          *slog.Logger
+}
+
+// New returns a reconciler. buildTimeout bounds one build.
+func New(store functions.Store, builder build.Builder, buildTimeout time.Duration, log *slog.Logger) *Reconciler {
+	return &Reconciler{store: store, builder: builder, buildTimeout: buildTimeout, log: log}
+}
+
+// Reconcile brings one function to its desired state. It is level-based and
+// idempotent: the build key recorded in the status means that the same code
+// is never built twice, and a Failed build is not retried until the function
+// changes (a new upload or spec update raises the generation).
+func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controller.Result, error) {
+	fn, err := r.store.Get(ctx, key)
+	if errors.Is(err, functions.ErrNotFound) {
+		return controller.Result{}, nil
+	}
+	if err != nil {
+		return controller.Result{}, err
+	}
+	st := fn.Status
+	st.ObservedGeneration = fn.Generation
+
+	if fn.CodeSHA256 == "" {
+		st.Phase, st.Message = functions.PhasePending, "waiting for code: upload a zip to /v1/namespaces/"+fn.Namespace+"/functions/"+fn.Name+"/upload"
+		return controller.Result{}, r.setStatus(ctx, fn, st)
+	}
+	req := build.Request{Namespace: fn.Namespace, Function: fn.Name, Runtime: fn.Runtime, Handler: fn.Handler, CodeSHA256: fn.CodeSHA256}
+	buildKey := req.Key()
+	if fn.Status.BuildKey == buildKey && fn.Status.ObservedGeneration == fn.Generation &&
+		(fn.Status.Phase == functions.PhaseReady || fn.Status.Phase == functions.PhaseFailed) {
+		return controller.Result{}, nil
+	}
+	if fn.Status.BuildKey == buildKey && fn.Status.Phase == functions.PhaseReady {
+		// Only settings that do not affect the artifact changed.
+		return controller.Result{}, r.setStatus(ctx, fn, st)
+	}
+
+	st.Phase, st.Message, st.BuildKey = functions.PhaseBuilding, "building code "+short(fn.CodeSHA256), buildKey
+	if err := r.setStatus(ctx, fn, st); err != nil {
+		return controller.Result{}, err
+	}
+	start := time.Now()
+	buildCtx, cancel := context.WithTimeoutCause(ctx, r.buildTimeout, fmt.Errorf("the build took longer than %s", r.buildTimeout))
+	res, err := r.builder.Build(buildCtx, req)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			// The server is stopping: the function stays Building and the
+			// build runs again after the next start.
+			return controller.Result{}, ctx.Err()
+		}
+		st.Phase, st.Message, st.BuildLog = functions.PhaseFailed, failureMessage(err), ""
+		if be, ok := build.AsError(err); ok {
+			st.BuildLog = be.Log
+		} else {
+			r.log.ErrorContext(ctx, "build failed", "namespace", key.Namespace, "function", key.Name, "error", err)
+		}
+		if st.Artifact != "" {
+			st.Message += "; still serving code " + short(st.CodeSHA256)
+		}
+		return controller.Result{}, r.setStatus(ctx, fn, st)
+	}
+	r.log.InfoContext(ctx, "built", "namespace", key.Namespace, "function", key.Name,
+		"code_sha256", fn.CodeSHA256, "reused", res.Reused, "duration", time.Since(start))
+	st.Phase, st.Message = functions.PhaseReady, ""
+	st.Artifact, st.CodeSHA256 = res.Artifact, fn.CodeSHA256
+	if !res.Reused {
+		st.BuildLog = res.Log
+	}
+	return controller.Result{}, r.setStatus(ctx, fn, st)
+}
+
+// failureMessage is the status message of a failed build: the builder's
+// message for a code problem, a generic one for an infrastructure failure
+// (whose details are logged, not shown).
+func failureMessage(err error) string {
+	if be, ok := build.AsError(err); ok {
+		return "build failed: " + be.Msg
+	}
+	return "build failed because of an internal error; the server log has the details"
+}
+
+func (r *Reconciler) setStatus(ctx context.Context, fn *functions.Function, st functions.Status) error {
+	if st == fn.Status {
+		return nil
+	}
+	if st.Phase != fn.Status.Phase || st.Message != fn.Status.Message {
+		st.UpdatedAt = time.Now().UTC()
+	}
+	err := r.store.UpdateStatus(ctx, fn.Key(), st)
+	if errors.Is(err, functions.ErrNotFound) {
+		return nil // deleted meanwhile
+	}
+	return err
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}

@@ -1,0 +1,174 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/functions/fnstore"
+	"sless.kube5s.ru/sless/modules/functions/reconcile"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
+)
+
+// fakeBuilder records builds and answers with a programmed result.
+type fakeBuilder struct {
+	mu     sync.Mutex
+	builds []build.Request
+	err    error
+}
+
+func (b *fakeBuilder) Build(ctx context.Context, req build.Request) (build.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.builds = append(b.builds, req)
+	if b.err != nil {
+		return build.Result{}, b.err
+	}
+	return build.Result{Artifact: "/artifacts/" + req.CodeSHA256, Log: "installed"}, nil
+}
+
+func (b *fakeBuilder) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.builds)
+}
+
+func setup(t *testing.T) (*fnstore.Store, *fakeBuilder, *reconcile.Reconciler, functions.Key) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, _, err := sqldb.Open("sqlite:"+filepath.Join(t.TempDir(), "db"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqldb.Close(db) })
+	if err := sqldb.Migrate(context.Background(), db, fnstore.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	store := fnstore.New(db)
+	fn, err := store.Create(context.Background(), &functions.Function{Namespace: "default", Name: "f",
+		Spec: functions.Spec{Runtime: "python3.11", Handler: "handler.handle", TimeoutSeconds: 30, MemoryMB: 128, MaxInstances: 1, Concurrency: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &fakeBuilder{}
+	return store, b, reconcile.New(store, b, time.Minute, log), fn.Key()
+}
+
+func reconcileAndGet(t *testing.T, store *fnstore.Store, r *reconcile.Reconciler, key functions.Key) *functions.Function {
+	t.Helper()
+	if _, err := r.Reconcile(context.Background(), key); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	fn, err := store.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fn
+}
+
+func TestPendingWithoutCode(t *testing.T) {
+	store, b, r, key := setup(t)
+	fn := reconcileAndGet(t, store, r, key)
+	if fn.Status.Phase != functions.PhasePending || !strings.Contains(fn.Status.Message, "upload") || b.count() != 0 {
+		t.Errorf("got phase %s %q after %d builds; want Pending asking for an upload, no build", fn.Status.Phase, fn.Status.Message, b.count())
+	}
+}
+
+func TestBuildsOncePerCode(t *testing.T) {
+	ctx := context.Background()
+	store, b, r, key := setup(t)
+	if _, err := store.SetCode(ctx, key, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	fn := reconcileAndGet(t, store, r, key)
+	if fn.Status.Phase != functions.PhaseReady || fn.Status.Artifact != "/artifacts/c1" || fn.Status.CodeSHA256 != "c1" ||
+		fn.Status.ObservedGeneration != fn.Generation || fn.Status.BuildLog != "installed" {
+		t.Fatalf("after the first reconcile: %+v", fn.Status)
+	}
+	// Level-based: reconciling again, or after a change that does not touch
+	// the code, builds nothing.
+	reconcileAndGet(t, store, r, key)
+	spec := fn.Spec
+	spec.Env = map[string]string{"X": "1"}
+	if _, err := store.UpdateSpec(ctx, key, spec); err != nil {
+		t.Fatal(err)
+	}
+	fn = reconcileAndGet(t, store, r, key)
+	if b.count() != 1 || fn.Status.ObservedGeneration != fn.Generation || fn.Status.Phase != functions.PhaseReady {
+		t.Errorf("after an env change: %d builds, status %+v; want 1 build, Ready, observed", b.count(), fn.Status)
+	}
+	// New code builds again.
+	if _, err := store.SetCode(ctx, key, "c2"); err != nil {
+		t.Fatal(err)
+	}
+	fn = reconcileAndGet(t, store, r, key)
+	if b.count() != 2 || fn.Status.CodeSHA256 != "c2" {
+		t.Errorf("after new code: %d builds, serving %s; want 2 and c2", b.count(), fn.Status.CodeSHA256)
+	}
+}
+
+func TestFailedBuildIsTerminalUntilChanged(t *testing.T) {
+	ctx := context.Background()
+	store, b, r, key := setup(t)
+	if _, err := store.SetCode(ctx, key, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAndGet(t, store, r, key)
+
+	b.err = &build.Error{Msg: "pip install failed: no such package", Log: "ERROR: nope"}
+	if _, err := store.SetCode(ctx, key, "c2"); err != nil {
+		t.Fatal(err)
+	}
+	fn := reconcileAndGet(t, store, r, key)
+	if fn.Status.Phase != functions.PhaseFailed || fn.Status.BuildLog != "ERROR: nope" ||
+		!strings.Contains(fn.Status.Message, "no such package") || !strings.Contains(fn.Status.Message, "still serving code c1") {
+		t.Fatalf("after a failed build: %+v", fn.Status)
+	}
+	if fn.Status.Artifact != "/artifacts/c1" || fn.Status.CodeSHA256 != "c1" {
+		t.Errorf("the last good artifact is not kept: %+v", fn.Status)
+	}
+	reconcileAndGet(t, store, r, key)
+	if b.count() != 2 {
+		t.Errorf("a failed build was retried without a change: %d builds, want 2", b.count())
+	}
+	// Uploading the same code again is a change: it retries.
+	b.err = nil
+	if _, err := store.SetCode(ctx, key, "c2"); err != nil {
+		t.Fatal(err)
+	}
+	fn = reconcileAndGet(t, store, r, key)
+	if b.count() != 3 || fn.Status.Phase != functions.PhaseReady || fn.Status.Message != "" {
+		t.Errorf("after re-upload: %d builds, %+v; want 3 and Ready", b.count(), fn.Status)
+	}
+}
+
+func TestInfrastructureErrorsAreNotShown(t *testing.T) {
+	ctx := context.Background()
+	store, b, r, key := setup(t)
+	b.err = errors.New("disk /var/lib/secret-path is full")
+	if _, err := store.SetCode(ctx, key, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	fn := reconcileAndGet(t, store, r, key)
+	if fn.Status.Phase != functions.PhaseFailed || strings.Contains(fn.Status.Message, "secret-path") || !strings.Contains(fn.Status.Message, "internal error") {
+		t.Errorf("got %+v; want Failed with a generic message", fn.Status)
+	}
+}
+
+func TestDeletedFunctionIsNoError(t *testing.T) {
+	store, _, r, key := setup(t)
+	if err := store.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(context.Background(), key); err != nil {
+		t.Errorf("Reconcile of a deleted function: %v", err)
+	}
+}

@@ -1,0 +1,116 @@
+package functions
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"sless.kube5s.ru/sless/internal/validation"
+	"sless.kube5s.ru/sless/modules/runtime"
+)
+
+// Defaults and limits of Spec fields.
+const (
+	DefaultTimeoutSeconds = 30
+	MaxTimeoutSeconds     = 900
+	DefaultMemoryMB       = 256
+	MinMemoryMB           = 32
+	MaxMemoryMB           = 16384
+	DefaultMaxInstances   = 10
+	MaxInstancesLimit     = 100
+	DefaultConcurrency    = 1
+	MaxConcurrency        = 1000
+	// MaxEnvBytes caps the sum of the lengths of env names and values.
+	MaxEnvBytes = 64 << 10
+)
+
+// ReservedEnvPrefix starts the names of variables that the platform sets.
+const ReservedEnvPrefix = "SLESS_"
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Runtimes looks up runtime providers; *runtime.Registry implements it.
+type Runtimes interface {
+	Get(name string) (runtime.Provider, error)
+}
+
+// ApplyDefaults fills the zero fields of spec that have defaults. The
+// handler default comes from the runtime, so an unknown runtime leaves it
+// empty (Validate reports the runtime).
+func ApplyDefaults(spec *Spec, runtimes Runtimes) {
+	if spec.Handler == "" {
+		if p, err := runtimes.Get(spec.Runtime); err == nil {
+			spec.Handler = p.DefaultHandler()
+		}
+	}
+	if spec.TimeoutSeconds == 0 {
+		spec.TimeoutSeconds = DefaultTimeoutSeconds
+	}
+	if spec.MemoryMB == 0 {
+		spec.MemoryMB = DefaultMemoryMB
+	}
+	if spec.MaxInstances == 0 {
+		spec.MaxInstances = max(DefaultMaxInstances, spec.MinInstances)
+	}
+	if spec.Concurrency == 0 {
+		spec.Concurrency = DefaultConcurrency
+	}
+}
+
+// Validate checks a function's name, namespace and spec (after
+// ApplyDefaults) and returns a *validation.Errors naming every bad field.
+func Validate(fn *Function, runtimes Runtimes) error {
+	errs := &validation.Errors{Resource: "function"}
+	if msg := validation.CheckName(fn.Name); msg != "" {
+		errs.Add("name", "%s", msg)
+	}
+	if msg := validation.CheckName(fn.Namespace); msg != "" {
+		errs.Add("namespace", "%s", msg)
+	}
+	validateSpec(&fn.Spec, runtimes, errs)
+	return errs.Err()
+}
+
+func validateSpec(spec *Spec, runtimes Runtimes, errs *validation.Errors) {
+	if spec.Runtime == "" {
+		errs.Add("runtime", "is required")
+	} else if p, err := runtimes.Get(spec.Runtime); err != nil {
+		errs.Add("runtime", "%v", err)
+	} else if _, err := p.HandlerFiles(spec.Handler); err != nil {
+		errs.Add("handler", "%v", err)
+	}
+	checkRange(errs, "timeout_seconds", spec.TimeoutSeconds, 1, MaxTimeoutSeconds)
+	checkRange(errs, "memory_mb", spec.MemoryMB, MinMemoryMB, MaxMemoryMB)
+	checkRange(errs, "max_instances", spec.MaxInstances, 1, MaxInstancesLimit)
+	checkRange(errs, "min_instances", spec.MinInstances, 0, spec.MaxInstances)
+	checkRange(errs, "concurrency", spec.Concurrency, 1, MaxConcurrency)
+	validateEnv(spec.Env, errs)
+}
+
+func checkRange(errs *validation.Errors, field string, v, lo, hi int) {
+	if msg := validation.CheckRange(v, lo, hi); msg != "" {
+		errs.Add(field, "%s", msg)
+	}
+}
+
+func validateEnv(env map[string]string, errs *validation.Errors) {
+	total := 0
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		value := env[name]
+		field := "env." + name
+		total += len(name) + len(value)
+		switch {
+		case !envName.MatchString(name):
+			errs.Add(field, "variable names must match %s", envName)
+		case strings.HasPrefix(name, ReservedEnvPrefix):
+			errs.Add(field, "names starting with %s are reserved for the platform", ReservedEnvPrefix)
+		}
+		if strings.ContainsRune(value, 0) {
+			errs.Add(field, "value must not contain a NUL byte")
+		}
+	}
+	if total > MaxEnvBytes {
+		errs.Add("env", "names and values total %d bytes; the limit is %d", total, MaxEnvBytes)
+	}
+}

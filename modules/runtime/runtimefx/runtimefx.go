@@ -1,0 +1,29 @@
+// Package runtimefx provides the runtime module: the built-in python3.11 and
+// nodejs20 providers and the registry of every provider in
+// runtime.ProvidersGroup, plugins' included.
+package runtimefx
+
+import (
+	"go.uber.org/fx"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/nodejs"
+	"sless.kube5s.ru/sless/modules/runtime/python"
+)
+
+// Module is the runtime module.
+var Module = fx.Module("runtime",
+	fx.Provide(
+		AsProvider(python.New),
+		AsProvider(nodejs.New),
+		fx.Annotate(runtime.NewRegistry, fx.ParamTags(runtime.ProvidersGroup)),
+	),
+)
+
+// AsProvider annotates a constructor of a runtime.Provider implementation so
+// that fx.Provide adds its result to the registry. A runtime plugin is:
+//
+//	var Module = fx.Module("myruntime", fx.Provide(runtimefx.AsProvider(New)))
+func AsProvider(ctor any) any {
+	return fx.Annotate(ctor, fx.As(new(runtime.Provider)), fx.ResultTags(runtime.ProvidersGroup))
+}

@@ -1,0 +1,149 @@
+// Package sqldb opens the relational database (SQLite for the embedded mode,
+// PostgreSQL otherwise) through gorm and runs the modules' versioned
+// migrations.
+package sqldb
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Dialect names the database behind a *gorm.DB.
+type Dialect string
+
+// Supported dialects.
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// ParseURL returns the dialect of a database URL and the DSN its driver
+// takes. Accepted forms: "postgres://..." or "postgresql://..."; "sqlite:PATH",
+// "sqlite://PATH" or a bare file path for SQLite.
+func ParseURL(raw string) (Dialect, string, error) {
+	switch {
+	case raw == "":
+		return "", "", fmt.Errorf("database URL is empty")
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		if _, err := url.Parse(raw); err != nil {
+			return "", "", fmt.Errorf("database URL is not a valid postgres URL: %w", redact(err))
+		}
+		return Postgres, raw, nil
+	case strings.HasPrefix(raw, "sqlite://"):
+		return SQLite, strings.TrimPrefix(raw, "sqlite://"), nil
+	case strings.HasPrefix(raw, "sqlite:"):
+		return SQLite, strings.TrimPrefix(raw, "sqlite:"), nil
+	case strings.Contains(raw, "://"):
+		scheme, _, _ := strings.Cut(raw, "://")
+		return "", "", fmt.Errorf("database URL scheme %q is not supported; use postgres:// or sqlite:PATH", scheme)
+	}
+	return SQLite, raw, nil
+}
+
+// redact drops the URL (which may hold a password) from a url.Parse error.
+func redact(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
+}
+
+// Open prepares the database named by rawURL without connecting (Ping
+// connects). SQLite files get WAL journaling, a busy timeout and immediate
+// write transactions, so that concurrent writers wait instead of failing with
+// "database is locked".
+func Open(rawURL string, log *slog.Logger) (*gorm.DB, Dialect, error) {
+	dialect, dsn, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg := &gorm.Config{
+		Logger:                 newLogger(log),
+		SkipDefaultTransaction: true,
+		NowFunc:                Now,
+		TranslateError:         true,
+		DisableAutomaticPing:   true,
+	}
+	var db *gorm.DB
+	switch dialect {
+	case SQLite:
+		if err := os.MkdirAll(filepath.Dir(dsn), 0o700); err != nil {
+			return nil, "", fmt.Errorf("creating the database directory: %w", err)
+		}
+		db, err = gorm.Open(sqlite.Open(sqliteDSN(dsn)), cfg)
+	case Postgres:
+		db, err = gorm.Open(postgres.Open(dsn), cfg)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("opening the %s database: %w", dialect, redact(err))
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, "", err
+	}
+	if dialect == SQLite {
+		// One writer at a time is all SQLite allows; a small pool keeps
+		// readers from queueing behind a writer without piling up waiters.
+		sqlDB.SetMaxOpenConns(4)
+	} else {
+		sqlDB.SetMaxOpenConns(16)
+		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	return db, dialect, nil
+}
+
+// Ping connects to the database and fails with a message that names the
+// dialect (never the URL, which may hold a password).
+func Ping(ctx context.Context, db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return fmt.Errorf("connecting to the %s database: %w", db.Dialector.Name(), redact(err))
+	}
+	return nil
+}
+
+func sqliteDSN(path string) string {
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)", "foreign_keys(1)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Now returns the current time as both databases store it: UTC, with
+// microsecond precision, so that what is written reads back equal.
+func Now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// Close closes the database's connection pool.
+func Close(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// newLogger routes gorm's messages to slog: errors and slow queries only.
+func newLogger(log *slog.Logger) logger.Interface {
+	return logger.NewSlogLogger(log, logger.Config{
+		SlowThreshold:             500 * time.Millisecond,
+		LogLevel:                  logger.Warn,
+		IgnoreRecordNotFoundError: true,
+		ParameterizedQueries:      true,
+	})
+}

@@ -1,0 +1,601 @@
+'use strict';
+// sless runtime wrapper for Node.js 20.
+//
+// Runs inside every function instance: loads the user's handler once and serves invocations
+// over HTTP/1.1 with keep-alive on a unix or TCP socket. The contract is
+// modules/runtime/PROTOCOL.md. Built-in modules only.
+
+const fs = require('node:fs');
+const http = require('node:http');
+const path = require('node:path');
+const { AsyncLocalStorage } = require('node:async_hooks');
+const { isUtf8 } = require('node:buffer');
+const { pathToFileURL } = require('node:url');
+
+const LOG_LIMIT = 64 * 1024; // bytes of per-invocation output kept for X-Sless-Logs
+const MAX_HEADER_SIZE = 1 << 20; // request line plus headers; trigger metadata can be large
+const HEADERS_TIMEOUT_MS = 60_000; // a client that stalls mid-headers is broken
+const MODULE_EXTENSIONS = ['.js', '.mjs', '.cjs'];
+const NO_BODY_STATUSES = new Set([204, 304]);
+// Response headers the wrapper owns: a handler's values for them are dropped.
+const RESERVED_HEADERS = new Set(['content-length', 'transfer-encoding', 'connection']);
+const JSON_TYPE = 'application/json';
+const TEXT_TYPE = 'text/plain; charset=utf-8';
+const OCTET_TYPE = 'application/octet-stream';
+const NON_ASCII = /[\u007f-\uffff]/g;
+
+// The output buffer of the invocation whose async context is running (undefined outside one).
+const currentLog = new AsyncLocalStorage();
+
+/** Encodes text as a JSON string that is a valid HTTP header value (printable ASCII). */
+function headerJSON(text) {
+  return JSON.stringify(text).replace(NON_ASCII, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/** Serializes a value as JSON text; undefined (and functions) become null. */
+function toJSON(value) {
+  const text = JSON.stringify(value);
+  return text === undefined ? 'null' : text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output capture
+
+/** What one invocation printed, kept up to LOG_LIMIT bytes. */
+class InvocationLog {
+  constructor() {
+    this.chunks = [];
+    this.size = 0; // every byte written, including those beyond the limit
+    this.open = true; // cleared once the response is built: later output is the process's
+  }
+
+  write(chunk, encoding) {
+    const data = typeof chunk === 'string'
+      ? Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8')
+      : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    if (this.size < LOG_LIMIT) this.chunks.push(data);
+    this.size += data.length;
+  }
+
+  /** Returns the X-Sless-Logs value, or undefined when nothing was printed. */
+  headerValue() {
+    if (this.size === 0) return undefined;
+    const data = Buffer.concat(this.chunks);
+    if (this.size <= LOG_LIMIT) return headerJSON(data.toString('utf8'));
+    let cut = LOG_LIMIT;
+    while (cut > 0 && cut < data.length && (data[cut] & 0xc0) === 0x80) cut--; // keep UTF-8 whole
+    return headerJSON(`${data.toString('utf8', 0, cut)}...[truncated ${this.size - cut} bytes]`);
+  }
+}
+
+const output = { echo: false };
+// Kept before captureStream patches process.stderr: an exception's stack echoes through it.
+const realStderrWrite = process.stderr.write.bind(process.stderr);
+
+/**
+ * Patches stream.write so that output written while an invocation's async context is active
+ * goes to that invocation's log (and to the stream too when echo is on). console.* write
+ * through these methods.
+ */
+function captureStream(stream) {
+  const write = stream.write;
+  stream.write = function capturedWrite(chunk, encoding, callback) {
+    const log = currentLog.getStore();
+    if (log === undefined || !log.open) return write.apply(stream, arguments);
+    log.write(chunk, encoding);
+    if (output.echo) return write.apply(stream, arguments);
+    const done = typeof encoding === 'function' ? encoding : callback;
+    if (typeof done === 'function') process.nextTick(done);
+    return true;
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invocations
+
+/** The context argument of a handler: who is invoked, by which request, until when. */
+class Context {
+  constructor(fn, req, rawPath, rawQuery) {
+    const headers = req.headers;
+    this.functionName = fn.name;
+    this.namespace = fn.namespace;
+    this.invocationId = headers['x-sless-invocation-id'] || '';
+    this.method = req.method;
+    this.path = decodePath(rawPath);
+    this.query = parseQuery(rawQuery);
+    this.headers = headers;
+    this.trigger = parseTrigger(headers['x-sless-trigger']);
+    this.deadlineMs = parseDeadline(headers['x-sless-deadline']);
+  }
+
+  /** Milliseconds left until the deadline (never negative; Infinity without a deadline). */
+  remainingMs() {
+    if (this.deadlineMs === null) return Infinity;
+    return Math.max(0, this.deadlineMs - Date.now());
+  }
+}
+
+function decodePath(rawPath) {
+  if (!rawPath.includes('%')) return rawPath;
+  try {
+    return decodeURIComponent(rawPath);
+  } catch {
+    return rawPath; // a malformed escape stays as the client sent it
+  }
+}
+
+function parseQuery(rawQuery) {
+  const query = {};
+  if (rawQuery) {
+    for (const [name, value] of new URLSearchParams(rawQuery)) query[name] = value;
+  }
+  return query;
+}
+
+function parseTrigger(value) {
+  if (value !== undefined) {
+    try {
+      const trigger = JSON.parse(value);
+      if (trigger !== null && typeof trigger === 'object' && !Array.isArray(trigger)) return trigger;
+    } catch {
+      // an invalid trigger header falls back to the default
+    }
+  }
+  return { kind: 'http' };
+}
+
+function parseDeadline(value) {
+  if (value === undefined || !/^\d+$/.test(value)) return null;
+  return Number(value);
+}
+
+/** The handler's event: JSON, else text, else (not UTF-8) the raw Buffer; null when empty. */
+function decodeEvent(body) {
+  if (body.length === 0) return null;
+  if (!isUtf8(body)) return body;
+  const text = body.toString('utf8');
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/** Describes a thrown value: its type name, message and stack. */
+function describeError(err) {
+  if (err === null || (typeof err !== 'object' && typeof err !== 'function')) {
+    const message = String(err);
+    return { type: 'Error', message, stack: `Error: ${message} (a non-Error value was thrown)\n` };
+  }
+  let type = typeof err.name === 'string' && err.name ? err.name : 'Error';
+  if (type === 'Error') {
+    // A subclass that did not set name, or a Node.js system error identified by its code.
+    const ctor = err.constructor && err.constructor.name;
+    if (ctor && ctor !== 'Error' && ctor !== 'Object') type = ctor;
+    else if (typeof err.code === 'string') type = err.code;
+  }
+  const message = typeof err.message === 'string' ? err.message : String(err);
+  const stack = typeof err.stack === 'string' ? `${trimStack(err.stack)}\n` : `${type}: ${message}\n`;
+  return { type, message, stack };
+}
+
+/** Cuts a stack trace at the first wrapper frame: what called the handler is noise to its author. */
+function trimStack(stack) {
+  const lines = stack.split('\n');
+  const wrapperFrame = lines.findIndex((line, i) => i > 0 && line.includes(__filename));
+  return wrapperFrame < 0 ? stack : lines.slice(0, wrapperFrame).join('\n');
+}
+
+/** Turns a handler's return value into {status, headers, body}. */
+function render(result) {
+  if (result !== null && typeof result === 'object' && Number.isInteger(result.statusCode)) {
+    return renderResponse(result);
+  }
+  return { status: 200, headers: { 'Content-Type': JSON_TYPE }, body: Buffer.from(toJSON(result)) };
+}
+
+function renderResponse(result) {
+  const status = result.statusCode;
+  if (status < 200 || status > 599) throw new RangeError(`statusCode ${status} is outside 200-599`);
+  let body = result.body;
+  let contentType;
+  if (body === undefined || body === null) {
+    body = Buffer.alloc(0);
+  } else if (typeof body === 'string') {
+    if (result.isBase64Encoded) {
+      body = Buffer.from(body, 'base64');
+      contentType = OCTET_TYPE;
+    } else {
+      body = Buffer.from(body);
+      contentType = TEXT_TYPE;
+    }
+  } else if (body instanceof Uint8Array) {
+    body = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+    contentType = OCTET_TYPE;
+  } else {
+    body = Buffer.from(toJSON(body));
+    contentType = JSON_TYPE;
+  }
+  const headers = renderHeaders(result.headers);
+  if (contentType !== undefined && !Object.keys(headers).some((n) => n.toLowerCase() === 'content-type')) {
+    headers['Content-Type'] = contentType;
+  }
+  return { status, headers, body };
+}
+
+/** Validates a handler's headers object and drops the headers the wrapper owns. */
+function renderHeaders(given) {
+  const headers = {};
+  if (given === undefined || given === null) return headers;
+  if (typeof given !== 'object' || Array.isArray(given)) throw new TypeError('headers must be an object');
+  for (const [name, value] of Object.entries(given)) {
+    http.validateHeaderName(name);
+    const lower = name.toLowerCase();
+    if (RESERVED_HEADERS.has(lower) || lower.startsWith('x-sless-')) continue;
+    const values = Array.isArray(value) ? value.map(String) : String(value);
+    http.validateHeaderValue(name, values);
+    headers[name] = values;
+  }
+  return headers;
+}
+
+/** The 500 response for a thrown value; its stack goes into the log. */
+function renderError(err, log) {
+  const { type, message, stack } = describeError(err);
+  log.write(stack);
+  if (output.echo) realStderrWrite(stack);
+  return {
+    status: 500,
+    headers: { 'Content-Type': JSON_TYPE, 'X-Sless-Error': headerJSON(`${type}: ${message}`) },
+    body: Buffer.from(JSON.stringify({ error: message, type })),
+  };
+}
+
+/** Sends the response of a finished invocation and closes its log. */
+function finish(res, log, startedMs, failed, value) {
+  const handlerUs = Math.round((performance.now() - startedMs) * 1000);
+  let response;
+  if (!failed) {
+    try {
+      response = render(value);
+    } catch (err) { // an unserializable value is an error like any other
+      response = renderError(err, log);
+    }
+  } else {
+    response = renderError(value, log);
+  }
+  log.open = false;
+  response.headers['X-Sless-Handler-Us'] = String(handlerUs);
+  const logs = log.headerValue();
+  if (logs !== undefined) response.headers['X-Sless-Logs'] = logs;
+  send(res, response.status, response.headers, response.body);
+}
+
+function send(res, status, headers, body) {
+  if (NO_BODY_STATUSES.has(status)) {
+    res.writeHead(status, headers);
+    res.end();
+    return;
+  }
+  headers['Content-Length'] = body.length;
+  res.writeHead(status, headers);
+  res.end(body);
+}
+
+function sendJSON(res, status, value) {
+  send(res, status, { 'Content-Type': JSON_TYPE }, Buffer.from(JSON.stringify(value)));
+}
+
+/** Runs one invocation inside its own async context so its output lands in its log. */
+function invoke(fn, res, log, event, context) {
+  const startedMs = performance.now();
+  let result;
+  try {
+    result = fn.handler(event, context);
+  } catch (err) {
+    finish(res, log, startedMs, true, err);
+    return;
+  }
+  if (result !== null && (typeof result === 'object' || typeof result === 'function') && typeof result.then === 'function') {
+    result.then(
+      (value) => finish(res, log, startedMs, false, value),
+      (err) => finish(res, log, startedMs, true, err),
+    );
+  } else {
+    finish(res, log, startedMs, false, result);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Specialization
+
+/** Raised for a malformed specialize request (answered with 400, not 500). */
+class SpecializeError extends Error {}
+
+/** Validates the JSON body of POST /_sless/specialize. */
+function specializeConfig(body) {
+  let config;
+  try {
+    config = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new SpecializeError(`invalid JSON: ${err.message}`);
+  }
+  if (config === null || typeof config !== 'object' || Array.isArray(config)) {
+    throw new SpecializeError('the body must be a JSON object');
+  }
+  if (typeof config.code_dir !== 'string' || !path.isAbsolute(config.code_dir)) {
+    throw new SpecializeError('code_dir must be an absolute path');
+  }
+  if (typeof config.handler !== 'string' || config.handler === '') {
+    throw new SpecializeError('handler must be a non-empty string');
+  }
+  const env = config.env === undefined || config.env === null ? {} : config.env;
+  if (typeof env !== 'object' || Array.isArray(env) || !Object.values(env).every((v) => typeof v === 'string')) {
+    throw new SpecializeError('env must be an object of strings');
+  }
+  const concurrency = config.concurrency === undefined ? 1 : config.concurrency;
+  if (!Number.isInteger(concurrency) || concurrency < 1) {
+    throw new SpecializeError('concurrency must be a positive integer');
+  }
+  return {
+    codeDir: config.code_dir,
+    handler: config.handler,
+    env,
+    name: String(config.function || ''),
+    namespace: String(config.namespace || ''),
+  };
+}
+
+/** Makes the process look like the function's: environment and working directory. */
+function enterCodeDir(codeDir, env) {
+  if (env !== null) {
+    for (const name of Object.keys(process.env)) delete process.env[name];
+    Object.assign(process.env, env);
+  }
+  process.chdir(codeDir);
+  output.echo = ['1', 'true'].includes((process.env.SLESS_ECHO_LOGS || '').toLowerCase());
+}
+
+function codedError(message, code) {
+  const err = new Error(message);
+  err.code = code;
+  return err;
+}
+
+/**
+ * Loads the handler named by spec: "dir/module.export", the module being a file relative to
+ * codeDir without its extension (.js, then .mjs, then .cjs).
+ */
+async function loadHandler(codeDir, spec) {
+  const dot = spec.lastIndexOf('.');
+  const modulePath = spec.slice(0, dot);
+  const exportName = spec.slice(dot + 1);
+  if (dot <= 0 || !exportName || modulePath.startsWith('/')
+      || modulePath.split('/').some((part) => part === '' || part === '.' || part === '..')) {
+    throw codedError(`handler "${spec}" must look like module.export or dir/module.export`, 'ERR_INVALID_HANDLER');
+  }
+  const base = path.join(codeDir, modulePath);
+  const file = MODULE_EXTENSIONS.map((ext) => base + ext).find((f) => fs.existsSync(f));
+  if (file === undefined) {
+    throw codedError(`cannot find module "${modulePath}" (${MODULE_EXTENSIONS.join(', ')}) in ${codeDir}`, 'MODULE_NOT_FOUND');
+  }
+  const mod = await loadModule(file);
+  let handler = mod[exportName];
+  if (handler === undefined && mod.default !== null && typeof mod.default === 'object') {
+    handler = mod.default[exportName]; // export default { handle } or a CommonJS module via import()
+  }
+  const name = path.relative(codeDir, file);
+  if (handler === undefined) throw new TypeError(`${name} does not export "${exportName}"`);
+  if (typeof handler !== 'function') throw new TypeError(`${name} export "${exportName}" is not a function`);
+  return handler;
+}
+
+// require() fails on ES modules (or, where it can load them, on those with top-level await).
+const ESM_ONLY_CODES = new Set(['ERR_REQUIRE_ESM', 'ERR_REQUIRE_ASYNC_MODULE']);
+
+async function loadModule(file) {
+  if (!file.endsWith('.mjs')) {
+    try {
+      return require(file);
+    } catch (err) {
+      if (!ESM_ONLY_CODES.has(err.code)) throw err;
+    }
+  }
+  return import(pathToFileURL(file).href);
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+/** Routes requests: control endpoints under /_sless/, invocations otherwise. */
+class App {
+  constructor() {
+    this.fn = null; // {handler, name, namespace} once specialized
+    this.attempted = false; // specialize is accepted once, even when it failed
+  }
+
+  onRequest(req, res) {
+    const chunks = [];
+    req.on('data', (chunk) => chunks.push(chunk));
+    req.on('end', () => {
+      const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+      this.handle(req, res, body);
+    });
+  }
+
+  handle(req, res, body) {
+    const url = req.url;
+    const q = url.indexOf('?');
+    const rawPath = q < 0 ? url : url.slice(0, q);
+    if (rawPath.startsWith('/_sless/')) {
+      this.control(req, res, rawPath, body);
+      return;
+    }
+    const fn = this.fn;
+    if (fn === null) {
+      sendJSON(res, 503, { error: 'not specialized' });
+      return;
+    }
+    const context = new Context(fn, req, rawPath, q < 0 ? '' : url.slice(q + 1));
+    const log = new InvocationLog();
+    currentLog.run(log, invoke, fn, res, log, decodeEvent(body), context);
+  }
+
+  control(req, res, rawPath, body) {
+    if (rawPath === '/_sless/health') {
+      if (req.method !== 'GET') sendJSON(res, 405, { error: `${rawPath} accepts GET only` });
+      else sendJSON(res, 200, { status: 'ok', specialized: this.fn !== null });
+    } else if (rawPath === '/_sless/specialize') {
+      if (req.method !== 'POST') sendJSON(res, 405, { error: `${rawPath} accepts POST only` });
+      else this.specializeEndpoint(res, body);
+    } else {
+      sendJSON(res, 404, { error: `unknown control endpoint ${rawPath}` });
+    }
+  }
+
+  async specializeEndpoint(res, body) {
+    if (this.attempted) {
+      sendJSON(res, 409, { error: 'already specialized' });
+      return;
+    }
+    let config;
+    try {
+      config = specializeConfig(body);
+    } catch (err) {
+      sendJSON(res, 400, { error: err.message });
+      return;
+    }
+    try {
+      const loadMs = await this.specialize(config, true);
+      sendJSON(res, 200, { load_ms: loadMs });
+    } catch (err) {
+      const { type, message, stack } = describeError(err);
+      sendJSON(res, 500, { error: message, type, logs: stack });
+    }
+  }
+
+  /** Loads the handler; resolves to the load time in milliseconds. */
+  async specialize(config, replaceEnv) {
+    this.attempted = true;
+    const started = performance.now();
+    enterCodeDir(config.codeDir, replaceEnv ? config.env : null);
+    const handler = await loadHandler(config.codeDir, config.handler);
+    this.fn = { handler, name: config.name, namespace: config.namespace };
+    return Math.round((performance.now() - started) * 1000) / 1000;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process
+
+function usage(message) {
+  process.stderr.write(`server.js: ${message}\n`
+    + 'usage: node server.js --listen unix:PATH|tcp:HOST:PORT [--ready-fd N] [--code-dir DIR [--handler module.export]]\n');
+  process.exit(2);
+}
+
+function parseArgs(argv) {
+  const flags = { listen: undefined, 'ready-fd': undefined, 'code-dir': undefined, handler: 'handler.handle' };
+  for (let i = 0; i < argv.length; i++) {
+    const match = /^--([a-z-]+)(?:=(.*))?$/s.exec(argv[i]);
+    if (match === null || !(match[1] in flags)) usage(`unknown argument ${argv[i]}`);
+    const value = match[2] !== undefined ? match[2] : argv[++i];
+    if (value === undefined) usage(`--${match[1]} needs a value`);
+    flags[match[1]] = value;
+  }
+  if (flags.listen === undefined) usage('--listen is required');
+  const sep = flags.listen.indexOf(':');
+  const kind = flags.listen.slice(0, sep);
+  const address = flags.listen.slice(sep + 1);
+  let listen;
+  if (kind === 'unix' && address) {
+    listen = { path: address };
+  } else if (kind === 'tcp' && /^.*:\d+$/.test(address)) {
+    const colon = address.lastIndexOf(':');
+    listen = { host: address.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(address.slice(colon + 1)) };
+  } else {
+    usage(`--listen must be unix:PATH or tcp:HOST:PORT, got ${flags.listen}`);
+  }
+  let readyFd;
+  if (flags['ready-fd'] !== undefined) {
+    if (!/^\d+$/.test(flags['ready-fd'])) usage(`invalid --ready-fd ${flags['ready-fd']}`);
+    readyFd = Number(flags['ready-fd']);
+  }
+  return { listen, readyFd, codeDir: flags['code-dir'], handler: flags.handler };
+}
+
+/** The specialize config of --code-dir mode, from the command line and the environment. */
+function startupConfig(args) {
+  const concurrency = process.env.SLESS_CONCURRENCY || '1';
+  if (!/^\d+$/.test(concurrency) || Number(concurrency) < 1) {
+    throw new SpecializeError(`SLESS_CONCURRENCY must be a positive integer, got "${concurrency}"`);
+  }
+  return {
+    codeDir: path.resolve(args.codeDir),
+    handler: args.handler,
+    env: null,
+    name: process.env.SLESS_FUNCTION || '',
+    namespace: process.env.SLESS_NAMESPACE || '',
+  };
+}
+
+function removeStaleSocket(file) {
+  try {
+    if (fs.statSync(file).isSocket()) fs.unlinkSync(file);
+  } catch (err) {
+    if (err.code !== 'ENOENT') throw err;
+  }
+}
+
+function listen(app, address, readyFd) {
+  const server = http.createServer({
+    maxHeaderSize: MAX_HEADER_SIZE,
+    joinDuplicateHeaders: true, // like the Python wrapper: repeated headers joined with ", "
+    requireHostHeader: false,
+  }, (req, res) => {
+    res.sendDate = false; // nobody reads it; formatting it costs time on every response
+    app.onRequest(req, res);
+  });
+  // The platform owns connection lifetimes and deadlines: idle keep-alive connections stay
+  // open and a long request body is not cut off.
+  server.keepAliveTimeout = 0;
+  server.requestTimeout = 0;
+  server.headersTimeout = HEADERS_TIMEOUT_MS;
+  const onListening = () => {
+    if (readyFd !== undefined) {
+      fs.writeSync(readyFd, 'ready\n');
+      fs.closeSync(readyFd);
+    }
+  };
+  if (address.path !== undefined) {
+    removeStaleSocket(address.path);
+    server.listen(address.path, onListening);
+  } else {
+    server.listen(address.port, address.host, onListening);
+  }
+  const stop = () => {
+    server.close();
+    if (address.path !== undefined) removeStaleSocket(address.path);
+    process.exit(0);
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+  captureStream(process.stdout);
+  captureStream(process.stderr);
+  const app = new App();
+  if (args.codeDir !== undefined) {
+    try {
+      await app.specialize(startupConfig(args), false);
+    } catch (err) {
+      realStderrWrite(describeError(err).stack);
+      process.exit(1);
+    }
+  }
+  listen(app, args.listen, args.readyFd);
+}
+
+main();

@@ -1,0 +1,914 @@
+"""sless runtime wrapper for Python 3.11.
+
+Runs inside every function instance: loads the user's handler once and serves invocations over
+HTTP/1.1 with keep-alive on a unix or TCP socket. The contract is modules/runtime/PROTOCOL.md.
+Standard library only. The HTTP server is a small asyncio.Protocol rather than http.server
+because it is several times faster on the per-request path that every invocation pays.
+"""
+
+import argparse
+import asyncio
+import base64
+import contextvars
+import functools
+import importlib
+import inspect
+import json
+import os
+import re
+import signal
+import site
+import stat
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from http import HTTPStatus
+from json.encoder import c_encode_basestring, c_make_encoder
+from urllib.parse import parse_qsl, unquote
+
+LOG_LIMIT = 64 * 1024  # bytes of per-invocation output kept for X-Sless-Logs
+MAX_HEAD = 1 << 20  # request line plus headers
+MAX_CHUNK_LINE = 4096  # chunk-size line or trailer field of a chunked body
+PAUSE_READING_AT = 1 << 20  # bytes buffered behind a busy request before reading pauses
+LARGE_BODY = 64 * 1024  # bodies at least this big are written separately from the head
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_BAD_VALUE_CHARS = re.compile(r"[\r\n\0]")
+_STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
+_JSON_TYPE = b"Content-Type: application/json\r\n"
+_TEXT_TYPE = b"Content-Type: text/plain; charset=utf-8\r\n"
+_OCTET_TYPE = b"Content-Type: application/octet-stream\r\n"
+_NO_BODY_STATUSES = (204, 304)
+# Response headers the wrapper owns: a handler's values for them are dropped.
+_RESERVED_HEADERS = frozenset(("content-length", "transfer-encoding", "connection"))
+_DEFAULT_TRIGGER = {"kind": "http"}
+
+# The output buffer of the invocation running in the current context (None outside one).
+_current_log = contextvars.ContextVar("sless_invocation_log", default=None)
+
+
+def _not_serializable(value):
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# Compact, strict JSON (NaN and Infinity are not JSON). json.dumps and JSONEncoder.encode build a
+# new C encoder on every call, which costs more than encoding a typical small result, so the C
+# encoder is built once here. Without circular-reference markers a cyclic value fails with
+# RecursionError rather than ValueError.
+_c_encoder = c_make_encoder(None, _not_serializable, c_encode_basestring, None, ":", ",", False,
+                            False, False)
+
+
+def _encode_json(value):
+    return "".join(_c_encoder(value, 0))
+
+
+def _status_line(status):
+    return _STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status
+
+
+def _header_json(text):
+    """Encodes text as a JSON string that is a valid HTTP header value (printable ASCII)."""
+    return json.dumps(text).replace("\x7f", "\\u007f").encode("ascii")
+
+
+def _json_response(status, value):
+    return status, _JSON_TYPE, _encode_json(value).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Output capture
+
+
+class _InvocationLog:
+    """What one invocation printed, kept up to LOG_LIMIT bytes."""
+
+    __slots__ = ("_parts", "_size", "open")
+
+    def __init__(self):
+        self._parts = []
+        self._size = 0  # every byte written, including those beyond the limit
+        self.open = True  # cleared once the response is built: later output is the process's
+
+    def write(self, text):
+        data = text.encode("utf-8", "backslashreplace")
+        if self._size < LOG_LIMIT:
+            self._parts.append(data)
+        self._size += len(data)
+
+    def header_value(self):
+        """Returns the X-Sless-Logs value, or None when nothing was printed."""
+        if not self._size:
+            return None
+        data = b"".join(self._parts)
+        if self._size <= LOG_LIMIT:
+            return _header_json(data.decode())
+        cut = LOG_LIMIT
+        while 0 < cut < len(data) and data[cut] & 0xC0 == 0x80:
+            cut -= 1  # do not split a UTF-8 sequence
+        text = data[:cut].decode()
+        return _header_json(f"{text}...[truncated {self._size - cut} bytes]")
+
+
+class _CapturingStream:
+    """Stands in for sys.stdout/sys.stderr.
+
+    Text written while an invocation runs in the current context goes to that invocation's log
+    (and to the real stream too when echo is on); anything else goes to the real stream.
+    """
+
+    def __init__(self, real):
+        self._real = real
+        self.echo = False
+
+    def write(self, text):
+        log = _current_log.get()
+        if log is None or not log.open:
+            return self._real.write(text)
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        log.write(text)
+        if self.echo:
+            self._real.write(text)
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        self._real.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def _install_capture():
+    """Replaces sys.stdout and sys.stderr with capturing proxies; returns the proxies.
+
+    This runs before any user code so that logging handlers, which bind sys.stderr when they are
+    created, write through the proxies too.
+    """
+    proxies = []
+    for name in ("stdout", "stderr"):
+        real = getattr(sys, name)
+        # Instance output is read through a pipe: flush per line so it is not held back.
+        real.reconfigure(line_buffering=True)
+        proxy = _CapturingStream(real)
+        setattr(sys, name, proxy)
+        proxies.append(proxy)
+    return proxies
+
+
+def _format_exception(exc):
+    """The traceback of exc without the wrapper's (and the import machinery's) leading frames."""
+    tb = exc.__traceback__
+    while tb is not None and _is_runtime_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _is_runtime_frame(filename):
+    return filename == __file__ or filename == importlib.__file__ or filename.startswith("<frozen ")
+
+
+def _log_exception(exc, log, echo):
+    text = _format_exception(exc)
+    log.write(text)
+    if echo:
+        sys.__stderr__.write(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Invocations
+
+
+class Context:
+    """The context argument of a handler: who is invoked, by which request, until when."""
+
+    __slots__ = ("function_name", "namespace", "invocation_id", "method", "path", "headers",
+                 "deadline_ms", "_raw_query", "_query", "_trigger")
+
+    def __init__(self, function_name, namespace, method, path, raw_query, headers):
+        self.function_name = function_name
+        self.namespace = namespace
+        self.invocation_id = headers.get("x-sless-invocation-id", "")
+        self.method = method
+        self.path = unquote(path) if "%" in path else path
+        self.headers = headers
+        self.deadline_ms = _parse_deadline(headers.get("x-sless-deadline"))
+        self._raw_query = raw_query
+        self._query = None
+        self._trigger = None
+
+    @property
+    def query(self):
+        """Query parameters, name -> last value (parsed on first use)."""
+        if self._query is None:
+            self._query = dict(parse_qsl(self._raw_query, keep_blank_values=True))
+        return self._query
+
+    @property
+    def trigger(self):
+        """The decoded X-Sless-Trigger header, {"kind": "http"} when absent or invalid."""
+        if self._trigger is None:
+            self._trigger = _parse_trigger(self.headers.get("x-sless-trigger"))
+        return self._trigger
+
+    def remaining_ms(self):
+        """Milliseconds left until the deadline (never negative; math.inf without a deadline)."""
+        if self.deadline_ms is None:
+            return float("inf")
+        return max(0, self.deadline_ms - int(time.time() * 1000))
+
+    def __repr__(self):
+        return (f"Context(function_name={self.function_name!r}, namespace={self.namespace!r}, "
+                f"invocation_id={self.invocation_id!r}, method={self.method!r}, "
+                f"path={self.path!r}, deadline_ms={self.deadline_ms!r})")
+
+
+def _parse_deadline(value):
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _parse_trigger(value):
+    if value is None:
+        return dict(_DEFAULT_TRIGGER)
+    try:
+        trigger = json.loads(value)
+    except ValueError:
+        return dict(_DEFAULT_TRIGGER)
+    return trigger if isinstance(trigger, dict) else dict(_DEFAULT_TRIGGER)
+
+
+def _decode_event(body):
+    """The handler's event: JSON, else text, else (not UTF-8) the raw bytes; None when empty."""
+    if not body:
+        return None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _render(result):
+    """Turns a handler's return value into (status, header bytes, body bytes)."""
+    if isinstance(result, dict):
+        status = result.get("statusCode")
+        if isinstance(status, int) and not isinstance(status, bool):
+            return _render_response(status, result)
+    return _json_response(200, result)
+
+
+def _render_response(status, result):
+    if not 200 <= status <= 599:
+        raise ValueError(f"statusCode {status} is outside 200-599")
+    body = result.get("body")
+    if body is None:
+        body, content_type = b"", None
+    elif isinstance(body, str):
+        if result.get("isBase64Encoded"):
+            body, content_type = base64.b64decode(body, validate=True), _OCTET_TYPE
+        else:
+            body, content_type = body.encode(), _TEXT_TYPE
+    elif isinstance(body, (bytes, bytearray, memoryview)):
+        body, content_type = bytes(body), _OCTET_TYPE
+    else:
+        body, content_type = _encode_json(body).encode(), _JSON_TYPE
+    head, has_content_type = _render_headers(result.get("headers"))
+    if content_type is not None and not has_content_type:
+        head += content_type
+    return status, head, body
+
+
+def _render_headers(headers):
+    """Returns (header bytes, whether a Content-Type was given) for a handler's headers dict."""
+    if not headers:
+        return b"", False
+    if not isinstance(headers, dict):
+        raise TypeError(f"headers must be a dict, not {type(headers).__name__}")
+    lines = []
+    has_content_type = False
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise ValueError(f"invalid header name {name!r}")
+        lower = name.lower()
+        if lower in _RESERVED_HEADERS or lower.startswith("x-sless-"):
+            continue
+        has_content_type = has_content_type or lower == "content-type"
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            item = item if isinstance(item, str) else str(item)
+            if _BAD_VALUE_CHARS.search(item):
+                raise ValueError(f"invalid value for header {name}: {item!r}")
+            lines.append(f"{name}: {item}\r\n")
+    return "".join(lines).encode("latin-1"), has_content_type
+
+
+def _render_error(exc, log, echo):
+    """The 500 response for a handler exception; its traceback goes into the log."""
+    _log_exception(exc, log, echo)
+    kind, message = type(exc).__name__, str(exc)
+    status, head, body = _json_response(500, {"error": message, "type": kind})
+    return status, head + b"X-Sless-Error: " + _header_json(f"{kind}: {message}") + b"\r\n", body
+
+
+def _outcome(result, error, started_ns, log, echo):
+    """Builds the response of a finished invocation and closes its log."""
+    handler_us = (time.perf_counter_ns() - started_ns) // 1000
+    if error is None:
+        try:
+            status, head, body = _render(result)
+        except Exception as exc:  # an unserializable value is an error like any other
+            error = exc
+    if error is not None:
+        status, head, body = _render_error(error, log, echo)
+    log.open = False
+    head += b"X-Sless-Handler-Us: %d\r\n" % handler_us
+    logs = log.header_value()
+    if logs is not None:
+        head += b"X-Sless-Logs: " + logs + b"\r\n"
+    return status, head, body
+
+
+class _Awaiting:
+    """A synchronous handler returned a coroutine (e.g. a decorated async def): await it."""
+
+    __slots__ = ("coro", "started_ns")
+
+    def __init__(self, coro, started_ns):
+        self.coro = coro
+        self.started_ns = started_ns
+
+
+class _Function:
+    """The loaded handler and the way its invocations run."""
+
+    def __init__(self, loop, fn, name, namespace, concurrency, echo):
+        self.name = name
+        self.namespace = namespace
+        self._loop = loop
+        self._fn = fn
+        self._echo = echo
+        self._is_async = inspect.iscoroutinefunction(fn)
+        # Synchronous handlers run inline on the loop unless several may run at once.
+        self._pool = None
+        if not self._is_async and concurrency > 1:
+            self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="sless-handler")
+        self._tasks = set()  # the loop only keeps weak references to tasks
+
+    def invoke(self, conn, event, context):
+        """Runs one invocation; the response is sent on conn now or when it completes."""
+        log = _InvocationLog()
+        if self._is_async:
+            started = time.perf_counter_ns()
+            try:
+                coro = self._fn(event, context)
+            except Exception as exc:  # e.g. a signature that does not take (event, context)
+                conn.send(*_outcome(None, exc, started, log, self._echo))
+                return
+            self._await(conn, log, coro, started)
+        elif self._pool is None:
+            # Hide the running loop, as on a worker thread, so that the handler may use
+            # asyncio.run() whatever the concurrency.
+            asyncio._set_running_loop(None)
+            try:
+                out = self._call_sync(log, event, context)
+            finally:
+                asyncio._set_running_loop(self._loop)
+            self._deliver(conn, log, out)
+        else:
+            run = contextvars.copy_context().run
+            future = self._loop.run_in_executor(self._pool, run, self._call_sync, log, event, context)
+            future.add_done_callback(functools.partial(self._pool_done, conn, log))
+
+    def _call_sync(self, log, event, context):
+        token = _current_log.set(log)
+        started = time.perf_counter_ns()
+        try:
+            result = self._fn(event, context)
+        except Exception as exc:
+            return _outcome(None, exc, started, log, self._echo)
+        finally:
+            _current_log.reset(token)
+        if asyncio.iscoroutine(result):
+            return _Awaiting(result, started)
+        return _outcome(result, None, started, log, self._echo)
+
+    def _pool_done(self, conn, log, future):
+        # Exceptions were turned into responses in the worker; what remains (SystemExit from
+        # sys.exit in the handler) re-raises here and stops the process, as on the inline path.
+        self._deliver(conn, log, future.result())
+
+    def _deliver(self, conn, log, out):
+        if type(out) is _Awaiting:
+            self._await(conn, log, out.coro, out.started_ns)
+        else:
+            conn.send(*out)
+
+    def _await(self, conn, log, awaitable, started_ns):
+        task = self._loop.create_task(self._complete(conn, log, awaitable, started_ns))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _complete(self, conn, log, awaitable, started_ns):
+        _current_log.set(log)  # a task runs in its own copy of the context
+        try:
+            result = await awaitable
+        except (Exception, asyncio.CancelledError) as exc:
+            conn.send(*_outcome(None, exc, started_ns, log, self._echo))
+        else:
+            conn.send(*_outcome(result, None, started_ns, log, self._echo))
+
+
+# ---------------------------------------------------------------------------------------------
+# Specialization
+
+
+class _SpecializeError(Exception):
+    """Raised for a malformed specialize request (answered with 400, not 500)."""
+
+
+def _specialize_config(body):
+    """Validates the JSON body of POST /_sless/specialize."""
+    try:
+        config = json.loads(body)
+    except ValueError as exc:
+        raise _SpecializeError(f"invalid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise _SpecializeError("the body must be a JSON object")
+    code_dir, handler = config.get("code_dir"), config.get("handler")
+    if not isinstance(code_dir, str) or not os.path.isabs(code_dir):
+        raise _SpecializeError("code_dir must be an absolute path")
+    if not isinstance(handler, str) or not handler:
+        raise _SpecializeError("handler must be a non-empty string")
+    env = config.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise _SpecializeError("env must be an object of strings")
+    concurrency = config.get("concurrency", 1)
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise _SpecializeError("concurrency must be a positive integer")
+    return {
+        "code_dir": code_dir,
+        "handler": handler,
+        "env": env,
+        "function": str(config.get("function") or ""),
+        "namespace": str(config.get("namespace") or ""),
+        "concurrency": concurrency,
+    }
+
+
+def _load_handler(code_dir, spec):
+    """Imports the handler named by spec ("module.function", module path with / or .)."""
+    module_path, _, attr = spec.rpartition(".")
+    parts = module_path.replace("/", ".").split(".")
+    if not attr or not all(parts):
+        raise ValueError(f"handler {spec!r} must look like module.function or dir/module.function")
+    # sys.path now starts with code_dir, but a name the wrapper itself has already imported
+    # (json, http, ...) would resolve to that module instead of the user's file.
+    if parts[0] in sys.modules:
+        raise ImportError(f"the module name {parts[0]!r} clashes with a module the runtime has "
+                          f"already imported; rename {parts[0]!r} in {code_dir}")
+    module = importlib.import_module(".".join(parts))
+    fn = getattr(module, attr)
+    if not callable(fn):
+        raise TypeError(f"{spec} is not callable (it is a {type(fn).__name__})")
+    return fn
+
+
+def _enter_code_dir(code_dir, env):
+    """Makes the process look like the function's: environment, working dir, module path."""
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    os.chdir(code_dir)
+    deps = os.path.join(code_dir, ".deps")
+    sys.path[:0] = [code_dir, deps]
+    if os.path.isdir(deps):
+        site.addsitedir(deps)  # processes the .pth files the builder's pip install left
+    importlib.invalidate_caches()
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+
+
+class _BadRequest(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class _Request:
+    __slots__ = ("method", "target", "headers", "keep_alive", "body")
+
+    def __init__(self, method, target, headers, keep_alive, body):
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+
+
+class _ChunkedBody:
+    """Incremental decoder of a chunked request body."""
+
+    __slots__ = ("_body", "_left", "_state")
+    _SIZE, _DATA, _DATA_END, _TRAILER = range(4)
+
+    def __init__(self):
+        self._body = bytearray()
+        self._left = 0
+        self._state = self._SIZE
+
+    def feed(self, buf):
+        """Consumes what it can from buf; returns the body once the last chunk arrived."""
+        pos, end = 0, len(buf)
+        try:
+            while True:
+                if self._state == self._DATA:
+                    take = min(self._left, end - pos)
+                    self._body += buf[pos:pos + take]
+                    pos += take
+                    self._left -= take
+                    if self._left:
+                        return None
+                    self._state = self._DATA_END
+                elif self._state == self._DATA_END:
+                    if end - pos < 2:
+                        return None
+                    if buf[pos:pos + 2] != b"\r\n":
+                        raise _BadRequest(400, "chunk data not followed by CRLF")
+                    pos += 2
+                    self._state = self._SIZE
+                else:
+                    eol = buf.find(b"\r\n", pos)
+                    if eol < 0:
+                        if end - pos > MAX_CHUNK_LINE:
+                            raise _BadRequest(400, "chunk line too long")
+                        return None
+                    line, pos = buf[pos:eol], eol + 2
+                    if self._state == self._TRAILER:
+                        if not line:  # the empty line after the (ignored) trailer fields
+                            return bytes(self._body)
+                        continue
+                    size = line.split(b";", 1)[0].strip()
+                    if not _HEX.fullmatch(size):
+                        raise _BadRequest(400, "invalid chunk size")
+                    self._left = int(size, 16)
+                    self._state = self._DATA if self._left else self._TRAILER
+        finally:
+            del buf[:pos]
+
+
+class _RequestParser:
+    """Incremental HTTP/1.1 request parser over a connection's receive buffer."""
+
+    __slots__ = ("_head", "_length", "_chunked", "_scan_from", "continue_expected")
+
+    def __init__(self):
+        self._reset()
+
+    def _reset(self):
+        self._head = None  # (method, target, headers, keep_alive) once the head is complete
+        self._length = 0  # Content-Length of the body
+        self._chunked = None  # _ChunkedBody of a chunked body
+        self._scan_from = 0  # where to resume looking for the end of the head
+        self.continue_expected = False  # the client waits for "100 Continue" before the body
+
+    def parse(self, buf):
+        """Consumes one complete request from buf and returns it, or None if incomplete."""
+        if self._head is None and not self._parse_head(buf):
+            return None
+        if self._chunked is not None:
+            body = self._chunked.feed(buf)
+            if body is None:
+                return None
+        elif self._length:
+            if len(buf) < self._length:
+                return None
+            body = bytes(buf[:self._length])
+            del buf[:self._length]
+        else:
+            body = b""
+        request = _Request(*self._head, body)
+        self._reset()
+        return request
+
+    def _parse_head(self, buf):
+        while buf.startswith(b"\r\n"):  # stray CRLFs between requests are allowed
+            del buf[:2]
+        end = buf.find(b"\r\n\r\n", self._scan_from)
+        if end < 0:
+            if len(buf) > MAX_HEAD:
+                raise _BadRequest(431, "request head too large")
+            self._scan_from = max(0, len(buf) - 3)
+            return False
+        if end > MAX_HEAD:
+            raise _BadRequest(431, "request head too large")
+        lines = buf[:end].decode("latin-1").split("\r\n")
+        del buf[:end + 4]
+        request_line = lines[0].split(" ")
+        if len(request_line) != 3:
+            raise _BadRequest(400, "malformed request line")
+        method, target, version = request_line
+        if version != "HTTP/1.1" and version != "HTTP/1.0":
+            raise _BadRequest(505, "unsupported HTTP version")
+        headers = {}
+        for i in range(1, len(lines)):
+            name, colon, value = lines[i].partition(":")
+            # name[-1:] is "" for an empty name, and "" is in any string.
+            if not colon or name[-1:] in " \t":
+                raise _BadRequest(400, "malformed header line")
+            name = name.lower()
+            value = value.strip()
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self._head = (method, target, headers, _keep_alive(version, headers.get("connection")))
+        self._frame_body(headers)
+        return True
+
+    def _frame_body(self, headers):
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            if coding.lower() != "chunked":
+                raise _BadRequest(501, "unsupported transfer coding")
+            self._chunked = _ChunkedBody()
+        else:
+            length = headers.get("content-length")
+            if length is not None:
+                if not (length.isascii() and length.isdigit()):
+                    raise _BadRequest(400, "invalid Content-Length")
+                self._length = int(length)
+        has_body = self._chunked is not None or self._length
+        self.continue_expected = bool(has_body) and headers.get("expect", "").lower() == "100-continue"
+
+
+def _keep_alive(version, connection):
+    if connection is None:
+        return version == "HTTP/1.1"
+    connection = connection.lower()
+    if version == "HTTP/1.1":
+        return "close" not in connection
+    return "keep-alive" in connection
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parses requests and answers them one at a time, in order."""
+
+    def __init__(self, app):
+        self._app = app
+        self._transport = None
+        self._buf = bytearray()
+        self._parser = _RequestParser()
+        self._busy = False  # a request is being handled; later bytes wait in _buf
+        self._serving = False  # inside _serve_buffered (a synchronous send must not recurse)
+        self._paused = False
+        self._keep_alive = True
+        self._head_only = False
+
+    def connection_made(self, transport):
+        self._transport = transport
+
+    def connection_lost(self, exc):
+        self._transport = None
+
+    def data_received(self, data):
+        self._buf += data
+        if not self._busy:
+            self._serve_buffered()
+        elif len(self._buf) > PAUSE_READING_AT and not self._paused:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def _serve_buffered(self):
+        self._serving = True
+        try:
+            while not self._busy and self._transport is not None and self._buf:
+                try:
+                    request = self._parser.parse(self._buf)
+                except _BadRequest as exc:
+                    self._keep_alive = False
+                    self._head_only = False
+                    self.send(*_json_response(exc.status, {"error": str(exc)}))
+                    return
+                if request is None:
+                    if self._parser.continue_expected:
+                        self._parser.continue_expected = False
+                        self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    break
+                self._busy = True
+                self._keep_alive = request.keep_alive
+                self._head_only = request.method == "HEAD"
+                self._app.handle(self, request)
+        finally:
+            self._serving = False
+        if self._paused and not self._busy and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def send(self, status, head, body):
+        """Writes the response to the current request, then serves any buffered request."""
+        transport = self._transport
+        self._busy = False
+        if transport is None:  # the client went away while the handler ran
+            return
+        if status in _NO_BODY_STATUSES:
+            body = b""
+            framing = b""
+        else:
+            framing = b"Content-Length: %d\r\n" % len(body)
+        if self._head_only:
+            body = b""
+        if not self._keep_alive:
+            framing += b"Connection: close\r\n"
+        if len(body) < LARGE_BODY:
+            transport.write(b"%s%s%s\r\n%s" % (_status_line(status), head, framing, body))
+        else:
+            transport.write(b"%s%s%s\r\n" % (_status_line(status), head, framing))
+            transport.write(body)
+        if not self._keep_alive:
+            transport.close()
+            self._transport = None
+        elif not self._serving:
+            self._serve_buffered()
+
+
+class _App:
+    """Routes requests: control endpoints under /_sless/, invocations otherwise."""
+
+    def __init__(self, loop, proxies):
+        self._loop = loop
+        self._proxies = proxies
+        self._function = None
+        self._attempted = False  # specialize is accepted once, even when it failed
+        self._control = {
+            "/_sless/health": ("GET", self._health),
+            "/_sless/specialize": ("POST", self._specialize_endpoint),
+        }
+
+    def handle(self, conn, request):
+        path, _, query = request.target.partition("?")
+        if path.startswith("/_sless/"):
+            conn.send(*self._control_request(path, request))
+            return
+        function = self._function
+        if function is None:
+            conn.send(*_json_response(503, {"error": "not specialized"}))
+            return
+        context = Context(function.name, function.namespace, request.method, path, query,
+                          request.headers)
+        function.invoke(conn, _decode_event(request.body), context)
+
+    def _control_request(self, path, request):
+        route = self._control.get(path)
+        if route is None:
+            return _json_response(404, {"error": f"unknown control endpoint {path}"})
+        method, endpoint = route
+        if request.method != method:
+            return _json_response(405, {"error": f"{path} accepts {method} only"})
+        return endpoint(request.body)
+
+    def _health(self, _body):
+        return _json_response(200, {"status": "ok", "specialized": self._function is not None})
+
+    def _specialize_endpoint(self, body):
+        if self._attempted:
+            return _json_response(409, {"error": "already specialized"})
+        try:
+            config = _specialize_config(body)
+        except _SpecializeError as exc:
+            return _json_response(400, {"error": str(exc)})
+        try:
+            load_ms = self.specialize(config, replace_env=True)
+        except Exception as exc:
+            return _json_response(500, {"error": str(exc), "type": type(exc).__name__,
+                                        "logs": _format_exception(exc)})
+        return _json_response(200, {"load_ms": load_ms})
+
+    def specialize(self, config, replace_env):
+        """Loads the handler; returns the load time in milliseconds."""
+        self._attempted = True
+        started = time.perf_counter()
+        _enter_code_dir(config["code_dir"], config["env"] if replace_env else None)
+        echo = os.environ.get("SLESS_ECHO_LOGS", "").lower() in ("1", "true")
+        for proxy in self._proxies:
+            proxy.echo = echo
+        fn = _load_handler(config["code_dir"], config["handler"])
+        self._function = _Function(self._loop, fn, config["function"], config["namespace"],
+                                   config["concurrency"], echo)
+        return round((time.perf_counter() - started) * 1000, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Process
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(description="sless Python runtime wrapper")
+    parser.add_argument("--listen", required=True, help="unix:PATH or tcp:HOST:PORT")
+    parser.add_argument("--ready-fd", type=int, help="write 'ready\\n' to this fd once listening")
+    parser.add_argument("--code-dir", help="specialize at start from this directory")
+    parser.add_argument("--handler", default="handler.handle", help="module.function (with --code-dir)")
+    args = parser.parse_args(argv)
+    kind, _, address = args.listen.partition(":")
+    if kind == "unix" and address:
+        args.address = ("unix", address)
+    elif kind == "tcp" and ":" in address:
+        host, _, port = address.rpartition(":")
+        if not port.isdigit():
+            parser.error(f"invalid port in --listen {args.listen}")
+        args.address = ("tcp", host.strip("[]"), int(port))
+    else:
+        parser.error(f"--listen must be unix:PATH or tcp:HOST:PORT, got {args.listen}")
+    return args
+
+
+def _startup_config(args):
+    """The specialize config of --code-dir mode, from the command line and the environment."""
+    concurrency = os.environ.get("SLESS_CONCURRENCY", "1")
+    if not concurrency.isdigit() or int(concurrency) < 1:
+        raise _SpecializeError(f"SLESS_CONCURRENCY must be a positive integer, got {concurrency!r}")
+    return {
+        "code_dir": os.path.abspath(args.code_dir),
+        "handler": args.handler,
+        "env": None,
+        "function": os.environ.get("SLESS_FUNCTION", ""),
+        "namespace": os.environ.get("SLESS_NAMESPACE", ""),
+        "concurrency": int(concurrency),
+    }
+
+
+def _remove_stale_socket(path):
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+async def _listen(loop, app, address):
+    def factory():
+        return _Connection(app)
+
+    if address[0] == "unix":
+        _remove_stale_socket(address[1])
+        return await loop.create_unix_server(factory, address[1], backlog=1024)
+    return await loop.create_server(factory, address[1], address[2], backlog=1024,
+                                   reuse_address=True)
+
+
+def _exit_status(exit_exc):
+    code = exit_exc.code
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.__stderr__)
+    return 1
+
+
+def main(argv=None):
+    args = _parse_args(argv)
+    # The script's own directory must not shadow user modules (e.g. a user module "server").
+    if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]
+    proxies = _install_capture()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    app = _App(loop, proxies)
+    if args.code_dir is not None:
+        try:
+            app.specialize(_startup_config(args), replace_env=False)
+        except Exception as exc:
+            sys.__stderr__.write(_format_exception(exc))
+            return 1
+    server = loop.run_until_complete(_listen(loop, app, args.address))
+    if args.ready_fd is not None:
+        os.write(args.ready_fd, b"ready\n")
+        os.close(args.ready_fd)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, loop.stop)
+    status = 0
+    try:
+        loop.run_forever()
+    except SystemExit as exc:  # sys.exit() in a handler ends the process, like os._exit()
+        status = _exit_status(exc)
+    server.close()
+    if args.address[0] == "unix":
+        _remove_stale_socket(args.address[1])
+    sys.__stdout__.flush()
+    sys.__stderr__.flush()
+    # Skip interpreter teardown: it would wait for handler threads that may never finish.
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
