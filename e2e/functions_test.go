@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -194,4 +195,38 @@ func writeTree(t *testing.T, files map[string]string) string {
 		}
 	}
 	return dir
+}
+
+// TestBuildResumesAfterCrash kills the server in the middle of a build (npm
+// running a slow install script) and checks that the next start builds the
+// function to Ready instead of leaving it Building.
+func TestBuildResumesAfterCrash(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	marker := filepath.Join(t.TempDir(), "first-install-started")
+	dir := writeTree(t, map[string]string{
+		"handler.js": "exports.handle = async () => 'ok';\n",
+		// The first install hangs; the resumed one finds the marker and
+		// finishes at once.
+		"package.json": `{"name": "slow", "version": "1.0.0", "scripts": {"preinstall": "test -e ` + marker + ` || (touch ` + marker + ` && tail -f ` + marker + `)"}}`,
+	})
+	// The killed server cannot reap the script's shell and sleep (npm itself
+	// dies with the server); do it for the test.
+	t.Cleanup(func() { exec.Command("pkill", "-f", marker).Run() })
+	s.mustCLI("deploy", dir, "--name", "slow", "--runtime", "nodejs20", "--no-wait")
+	s.waitFunction("default", "slow", "building", func(fn function) bool {
+		_, err := os.Stat(marker)
+		return fn.Status.Phase == "Building" && err == nil
+	})
+	s.crash()
+	s.start()
+	fn := s.waitFunction("default", "slow", "Ready", func(fn function) bool {
+		return fn.Status.Phase == "Ready" || fn.Status.Phase == "Failed"
+	})
+	if fn.Status.Phase != "Ready" || fn.Status.ObservedGeneration != fn.Generation {
+		t.Fatalf("after the crash: %+v; want Ready", fn.Status)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(s.opts.dataDir, "artifacts", ".tmp-*"))
+	if len(leftovers) != 0 {
+		t.Errorf("the interrupted build left %v", leftovers)
+	}
 }

@@ -288,3 +288,26 @@ func postgresS3Options(t *testing.T) serverOptions {
 		env:         []string{"SLESS_S3_ACCESS_KEY=" + s3.AccessKey, "SLESS_S3_SECRET_KEY=" + s3.SecretKey},
 	}
 }
+
+// crash kills the server with SIGKILL, as a power cut or the OOM killer would.
+func (s *server) crash() {
+	s.t.Helper()
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+// waitFunction polls a function until cond holds, failing after a minute.
+func (s *server) waitFunction(ns, name string, what string, cond func(function) bool) function {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, fn := s.getFunction(ns, name)
+		if code == http.StatusOK && cond(fn) {
+			return fn
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("function %s/%s: not %s after a minute: HTTP %d %+v", ns, name, what, code, fn)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

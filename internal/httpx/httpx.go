@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+	"go.uber.org/fx"
 
 	"sless.kube5s.ru/sless/internal/validation"
 )
@@ -144,4 +145,10 @@ func position(body []byte, offset int64) (line, col int) {
 		}
 	}
 	return line, col
+}
+
+// AsRoutes annotates a constructor of a Routes implementation so that
+// fx.Provide adds its result to RoutesGroup.
+func AsRoutes(ctor any) any {
+	return fx.Annotate(ctor, fx.As(new(Routes)), fx.ResultTags(RoutesGroup))
 }

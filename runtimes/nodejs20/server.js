@@ -95,6 +95,10 @@ function captureStream(stream) {
 
 /** The context argument of a handler: who is invoked, by which request, until when. */
 class Context {
+  #rawQuery;
+  #query = undefined;
+  #trigger = undefined;
+
   constructor(fn, req, rawPath, rawQuery) {
     const headers = req.headers;
     this.functionName = fn.name;
@@ -102,10 +106,21 @@ class Context {
     this.invocationId = headers['x-sless-invocation-id'] || '';
     this.method = req.method;
     this.path = decodePath(rawPath);
-    this.query = parseQuery(rawQuery);
     this.headers = headers;
-    this.trigger = parseTrigger(headers['x-sless-trigger']);
     this.deadlineMs = parseDeadline(headers['x-sless-deadline']);
+    this.#rawQuery = rawQuery;
+  }
+
+  /** Query parameters, name -> last value (parsed on first use, like trigger). */
+  get query() {
+    if (this.#query === undefined) this.#query = parseQuery(this.#rawQuery);
+    return this.#query;
+  }
+
+  /** The decoded X-Sless-Trigger header, {kind: 'http'} when absent or not a JSON object. */
+  get trigger() {
+    if (this.#trigger === undefined) this.#trigger = parseTrigger(this.headers['x-sless-trigger']);
+    return this.#trigger;
   }
 
   /** Milliseconds left until the deadline (never negative; Infinity without a deadline). */
@@ -186,12 +201,15 @@ function trimStack(stack) {
   return wrapperFrame < 0 ? stack : lines.slice(0, wrapperFrame).join('\n');
 }
 
-/** Turns a handler's return value into {status, headers, body}. */
+/**
+ * Turns a handler's return value into {status, headers, body}. Text bodies stay strings: Node
+ * sends a string body in one write with the head, a Buffer in a second (writev) chunk.
+ */
 function render(result) {
   if (result !== null && typeof result === 'object' && Number.isInteger(result.statusCode)) {
     return renderResponse(result);
   }
-  return { status: 200, headers: { 'Content-Type': JSON_TYPE }, body: Buffer.from(toJSON(result)) };
+  return { status: 200, headers: { 'Content-Type': JSON_TYPE }, body: toJSON(result) };
 }
 
 function renderResponse(result) {
@@ -200,20 +218,19 @@ function renderResponse(result) {
   let body = result.body;
   let contentType;
   if (body === undefined || body === null) {
-    body = Buffer.alloc(0);
+    body = '';
   } else if (typeof body === 'string') {
     if (result.isBase64Encoded) {
       body = Buffer.from(body, 'base64');
       contentType = OCTET_TYPE;
     } else {
-      body = Buffer.from(body);
       contentType = TEXT_TYPE;
     }
   } else if (body instanceof Uint8Array) {
     body = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
     contentType = OCTET_TYPE;
   } else {
-    body = Buffer.from(toJSON(body));
+    body = toJSON(body);
     contentType = JSON_TYPE;
   }
   const headers = renderHeaders(result.headers);
@@ -247,7 +264,7 @@ function renderError(err, log) {
   return {
     status: 500,
     headers: { 'Content-Type': JSON_TYPE, 'X-Sless-Error': headerJSON(`${type}: ${message}`) },
-    body: Buffer.from(JSON.stringify({ error: message, type })),
+    body: JSON.stringify({ error: message, type }),
   };
 }
 
@@ -277,13 +294,13 @@ function send(res, status, headers, body) {
     res.end();
     return;
   }
-  headers['Content-Length'] = body.length;
+  headers['Content-Length'] = typeof body === 'string' ? Buffer.byteLength(body) : body.length;
   res.writeHead(status, headers);
   res.end(body);
 }
 
 function sendJSON(res, status, value) {
-  send(res, status, { 'Content-Type': JSON_TYPE }, Buffer.from(JSON.stringify(value)));
+  send(res, status, { 'Content-Type': JSON_TYPE }, JSON.stringify(value));
 }
 
 /** Runs one invocation inside its own async context so its output lands in its log. */

@@ -41,7 +41,7 @@ var Module = fx.Module("functions",
 		fx.Annotate(newStore, fx.As(new(functions.Store))),
 		fx.Annotate(fnstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
 		newController,
-		fx.Annotate(newAPI, fx.As(new(httpx.Routes)), fx.ResultTags(httpx.RoutesGroup)),
+		httpx.AsRoutes(newAPI),
 	),
 )
 

@@ -24,7 +24,9 @@ func RunTool(cmd *exec.Cmd, out io.Writer) error {
 	tb := &tail.Buffer{Max: 16 << 10}
 	w := io.MultiWriter(out, tb)
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a server killed mid-build takes the tool with it; the build
+	// runs again after the next start.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()

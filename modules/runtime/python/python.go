@@ -1,4 +1,6 @@
-// Package python provides the python3.11 runtime.
+// Package python provides the python3.11 runtime, and other CPython
+// versions for plugins (NewVersion): the wrapper uses the standard library
+// only and runs on any CPython 3.9 or later.
 package python
 
 import (
@@ -15,29 +17,31 @@ import (
 	"sless.kube5s.ru/sless/runtimes"
 )
 
-// Name is the runtime's name in function specs.
-const Name = "python3.11"
-
 // DepsDir is the directory, relative to the code root, that requirements are
 // installed into; the wrapper puts it on sys.path.
 const DepsDir = ".deps"
 
-// Provider is the python3.11 runtime.
+// Provider is a CPython runtime.
 type Provider struct {
+	name     string
 	resolver interp.Resolver
 }
 
 // New returns the python3.11 runtime provider.
-func New() *Provider {
-	return &Provider{resolver: interp.Resolver{
-		Candidates: []string{"python3.11", "python3"},
+func New() *Provider { return NewVersion("3.11") }
+
+// NewVersion returns the provider of runtime "python<version>" (version is
+// "major.minor"), running `python<version>` or a `python3` of that version.
+func NewVersion(version string) *Provider {
+	return &Provider{name: "python" + version, resolver: interp.Resolver{
+		Candidates: []string{"python" + version, "python3"},
 		Probe:      []string{"-c", "import sys; print(sys.executable); print('%d.%d.%d' % sys.version_info[:3])"},
-		Version:    "3.11",
+		Version:    version,
 	}}
 }
 
 // Name implements runtime.Provider.
-func (*Provider) Name() string { return Name }
+func (p *Provider) Name() string { return p.name }
 
 // DefaultHandler implements runtime.Provider.
 func (*Provider) DefaultHandler() string { return "handler.handle" }
@@ -53,7 +57,7 @@ func (*Provider) HandlerFiles(handler string) ([]string, error) {
 }
 
 // BaseImage implements runtime.Provider.
-func (*Provider) BaseImage() string { return "sless-runtime-python3.11:v0.1.0" }
+func (p *Provider) BaseImage() string { return "sless-runtime-" + p.name + ":v0.1.0" }
 
 // Wrapper implements runtime.Provider.
 func (*Provider) Wrapper() (string, []byte) { return "server.py", runtimes.PythonServer }
@@ -62,7 +66,7 @@ func (*Provider) Wrapper() (string, []byte) { return "server.py", runtimes.Pytho
 func (p *Provider) Interpreter(ctx context.Context) (string, []string, error) {
 	path, err := p.resolver.Resolve(ctx)
 	if err != nil {
-		return "", nil, fmt.Errorf("runtime %s: %w", Name, err)
+		return "", nil, fmt.Errorf("runtime %s: %w", p.name, err)
 	}
 	return path, nil, nil
 }

@@ -1,14 +1,16 @@
 // Package runtimefx provides the runtime module: the built-in python3.11 and
-// nodejs20 providers and the registry of every provider in
-// runtime.ProvidersGroup, plugins' included.
+// nodejs20 providers, the registry of every provider in
+// runtime.ProvidersGroup (plugins' included) and GET /v1/runtimes.
 package runtimefx
 
 import (
 	"go.uber.org/fx"
 
+	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/nodejs"
 	"sless.kube5s.ru/sless/modules/runtime/python"
+	"sless.kube5s.ru/sless/modules/runtime/rtapi"
 )
 
 // Module is the runtime module.
@@ -17,6 +19,7 @@ var Module = fx.Module("runtime",
 		AsProvider(python.New),
 		AsProvider(nodejs.New),
 		fx.Annotate(runtime.NewRegistry, fx.ParamTags(runtime.ProvidersGroup)),
+		httpx.AsRoutes(rtapi.New),
 	),
 )
 

@@ -1,0 +1,107 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx/fxtest"
+
+	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/internal/server"
+)
+
+// tenantAuth accepts "tenant-token" for namespace "team-a" only, and the
+// static admin token.
+type tenantAuth struct{ admin *auth.StaticToken }
+
+func (a tenantAuth) Authenticate(ctx context.Context, token string) (auth.Principal, error) {
+	if token == "tenant-token" {
+		return auth.Principal{Namespace: "team-a"}, nil
+	}
+	return a.admin.Authenticate(ctx, token)
+}
+
+type testRoutes struct{}
+
+func (testRoutes) Register(v1 *gin.RouterGroup, root *gin.Engine) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	v1.GET("/namespaces/:ns/things", func(c *gin.Context) { c.JSON(200, gin.H{"ns": c.Param("ns")}) })
+	v1.POST("/echo", httpx.Handle(log, func(c *gin.Context) error {
+		var v struct {
+			Name string `json:"name"`
+		}
+		if err := httpx.DecodeJSON(c, &v); err != nil {
+			return err
+		}
+		c.JSON(200, v)
+		return nil
+	}))
+	root.GET("/panic", func(*gin.Context) { panic("boom") })
+}
+
+func newServer(t *testing.T) http.Handler {
+	s := server.New(server.Params{
+		Config:   server.Config{Listen: "127.0.0.1:0"},
+		Auth:     tenantAuth{auth.NewStaticToken("admin-token-0123456789")},
+		Routes:   []httpx.Routes{testRoutes{}},
+		Registry: prometheus.NewRegistry(),
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		LC:       fxtest.NewLifecycle(t),
+	})
+	return s.Handler()
+}
+
+func TestAuthAndNamespaces(t *testing.T) {
+	h := newServer(t)
+	tests := []struct {
+		name, token, method, path, body string
+		code                            int
+		want                            string
+	}{
+		{"no token", "", "GET", "/v1/whoami", "", 401, "missing API token"},
+		{"wrong token", "nope", "GET", "/v1/whoami", "", 401, "invalid API token"},
+		{"admin whoami", "admin-token-0123456789", "GET", "/v1/whoami", "", 200, `"namespace":"default"`},
+		{"tenant whoami", "tenant-token", "GET", "/v1/whoami", "", 200, `"namespace":"team-a"`},
+		{"tenant in own namespace", "tenant-token", "GET", "/v1/namespaces/team-a/things", "", 200, `"ns":"team-a"`},
+		{"tenant in another namespace", "tenant-token", "GET", "/v1/namespaces/team-b/things", "", 403, `may not act in namespace "team-b"`},
+		{"admin anywhere", "admin-token-0123456789", "GET", "/v1/namespaces/team-b/things", "", 200, `"ns":"team-b"`},
+		{"invalid namespace", "admin-token-0123456789", "GET", "/v1/namespaces/Team_B/things", "", 400, "invalid namespace"},
+		{"health is public", "", "GET", "/healthz", "", 200, "ok"},
+		{"unknown route", "", "GET", "/nope", "", 404, "no route for GET /nope"},
+		{"wrong method", "", "DELETE", "/healthz", "", 405, "not allowed"},
+		{"panic", "", "GET", "/panic", "", 500, "internal server error"},
+		{"malformed JSON", "admin-token-0123456789", "POST", "/v1/echo", "{\n\"name\": }", 400, "line 2"},
+		{"unknown field", "admin-token-0123456789", "POST", "/v1/echo", `{"nmae": "x"}`, 400, `unknown field "nmae"`},
+		{"wrong type", "admin-token-0123456789", "POST", "/v1/echo", `{"name": 5}`, 400, `field "name" must be string`},
+		{"empty body", "admin-token-0123456789", "POST", "/v1/echo", ``, 400, "empty"},
+		{"trailing data", "admin-token-0123456789", "POST", "/v1/echo", `{"name": "x"} {}`, 400, "unexpected data"},
+		{"good JSON", "admin-token-0123456789", "POST", "/v1/echo", `{"name": "x"}`, 200, `"name":"x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body))
+			if tt.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			body := rec.Body.String()
+			var e httpx.ErrorBody
+			if json.Unmarshal(rec.Body.Bytes(), &e) == nil && e.Error != "" {
+				body = e.Error
+			}
+			if rec.Code != tt.code || !strings.Contains(body, tt.want) {
+				t.Errorf("got %d %s; want %d containing %q", rec.Code, body, tt.code, tt.want)
+			}
+		})
+	}
+}

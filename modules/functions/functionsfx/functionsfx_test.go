@@ -1,0 +1,86 @@
+package functionsfx_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"sless.kube5s.ru/sless/modules/build/buildfx"
+	"sless.kube5s.ru/sless/modules/build/safezip"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/functions/functionsfx"
+	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
+	"sless.kube5s.ru/sless/modules/storage"
+	"sless.kube5s.ru/sless/modules/storage/blobfs"
+	"sless.kube5s.ru/sless/modules/storage/storagefx"
+)
+
+// TestModuleReconcilesChanges wires the functions module with the modules it
+// needs and checks that a change told to the notifier is built to Ready.
+func TestModuleReconcilesChanges(t *testing.T) {
+	dir := t.TempDir()
+	blobs, err := blobfs.New(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		store    functions.Store
+		notifier functions.ChangeNotifier
+	)
+	app := fxtest.New(t,
+		storagefx.Module, runtimefx.Module, buildfx.Module, functionsfx.Module,
+		fx.Supply(
+			slog.New(slog.NewTextHandler(io.Discard, nil)),
+			storagefx.Config{DatabaseURL: "sqlite:" + filepath.Join(dir, "db")},
+			buildfx.Config{ArtifactDir: filepath.Join(dir, "artifacts"), Limits: safezip.DefaultLimits()},
+			functionsfx.Config{BuildTimeout: time.Minute, UploadLimits: safezip.DefaultLimits(), UploadDir: dir, Workers: 2},
+			fx.Annotate(blobs, fx.As(new(storage.Blobs))),
+		),
+		fx.Populate(&store, &notifier),
+	)
+	app.RequireStart()
+	defer app.RequireStop()
+
+	ctx := context.Background()
+	fn, err := store.Create(ctx, &functions.Function{Namespace: "default", Name: "f", Spec: functions.Spec{
+		Runtime: "python3.11", Handler: "handler.handle", TimeoutSeconds: 1, MemoryMB: 64, MaxInstances: 1, Concurrency: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w := zip.NewWriter(&buf)
+	f, _ := w.Create("handler.py")
+	f.Write([]byte("def handle(e, c): return 1\n"))
+	w.Close()
+	blob, err := blobs.Put(ctx, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.SetCode(ctx, fn.Key(), blob.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	notifier.Changed(fn.Key())
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := store.Get(ctx, fn.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase == functions.PhaseReady && got.Status.ObservedGeneration == got.Generation {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not Ready after 10s: %+v", got.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
