@@ -25,24 +25,16 @@ type recorder struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{counts: map[string]int{}, calls: make(chan string, 100), fail: map[string]int{}, active: map[string]bool{}}
+	return &recorder{counts: map[string]int{}, calls: make(chan string, 100), fail: map[string]int{}}
 }
 
 func (r *recorder) reconcile(ctx context.Context, key string) (controller.Result, error) {
 	r.mu.Lock()
-	if r.active[key] {
-		r.overlap = true
-	}
-	r.active[key] = true
 	r.counts[key]++
 	fail := r.fail[key] > 0
 	if fail {
 		r.fail[key]--
 	}
-	r.mu.Unlock()
-	time.Sleep(time.Millisecond)
-	r.mu.Lock()
-	r.active[key] = false
 	r.mu.Unlock()
 	r.calls <- key
 	if fail {
@@ -79,37 +71,56 @@ func TestResyncOnStartAndRetry(t *testing.T) {
 	}
 }
 
-func TestOneKeyIsNeverReconciledTwiceAtOnce(t *testing.T) {
-	r := newRecorder()
-	c := controller.New("test", r.reconcile, func(context.Context) ([]string, error) { return nil, nil }, 4, discard)
+func TestKeysAreDeduplicatedAndNeverReconciledTwiceAtOnce(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		count   int
+		running bool
+		overlap bool
+	)
+	entered := make(chan struct{}, 10)
+	release := make(chan struct{})
+	rec := func(ctx context.Context, key string) (controller.Result, error) {
+		mu.Lock()
+		overlap = overlap || running
+		running = true
+		count++
+		mu.Unlock()
+		entered <- struct{}{}
+		<-release
+		mu.Lock()
+		running = false
+		mu.Unlock()
+		return controller.Result{}, nil
+	}
+	c := controller.New("test", rec, func(context.Context) ([]string, error) { return nil, nil }, 4, discard)
+	// Enqueued before start: 50 adds of one key are one reconcile.
+	for range 50 {
+		c.Enqueue("k")
+	}
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	<-entered
+	// Adds during a reconcile are remembered as one more, run after it.
 	for range 50 {
 		c.Enqueue("k")
-		time.Sleep(100 * time.Microsecond)
 	}
-	// Deduplication makes the count anywhere from 1 to 50; wait for quiet.
-	deadline := time.After(5 * time.Second)
-	for quiet := false; !quiet; {
-		select {
-		case <-r.calls:
-		case <-time.After(100 * time.Millisecond):
-			quiet = true
-		case <-deadline:
-			t.Fatal("reconciles never stopped")
-		}
+	release <- struct{}{}
+	<-entered
+	release <- struct{}{}
+	select {
+	case <-entered:
+		t.Fatal("a third reconcile ran; want the adds merged into one")
+	case <-time.After(200 * time.Millisecond):
 	}
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.overlap {
-		t.Error("the same key was reconciled by two workers at once")
-	}
-	if r.counts["k"] < 1 || r.counts["k"] >= 50 {
-		t.Errorf("%d reconciles of 50 enqueues; want deduplication to merge some", r.counts["k"])
+	mu.Lock()
+	defer mu.Unlock()
+	if count != 2 || overlap {
+		t.Errorf("%d reconciles (want 2), overlapping: %t (want false)", count, overlap)
 	}
 }
 
