@@ -41,12 +41,12 @@ const (
 // wrapperRuntime is one wrapper under test.
 type wrapperRuntime struct {
 	name       string
-	source     []byte                             // the embedded wrapper
-	scriptName string                             // file name the wrapper is written to
-	locate     func(t *testing.T) (string, error) // the interpreter; errNotInstalled skips
-	appFile    string                             // file name of the routing fixture
-	appSource  string                             // the routing fixture (see pythonApp)
-	appAsync   string                             // handler name of the fixture's async entry point
+	source     []byte                 // the embedded wrapper
+	scriptName string                 // file name the wrapper is written to
+	locate     func() (string, error) // the interpreter; errNotInstalled skips
+	appFile    string                 // file name of the routing fixture
+	appSource  string                 // the routing fixture (see pythonApp)
+	appAsync   string                 // handler name of the fixture's async entry point
 }
 
 // appFiles is the routing fixture as a code dir's files.
@@ -59,7 +59,7 @@ var errNotInstalled = errors.New("not installed")
 var wrapperRuntimes = []*wrapperRuntime{
 	{
 		name: python, source: runtimes.PythonServer, scriptName: "server.py",
-		locate: locatePython, appFile: "handler.py", appSource: pythonApp, appAsync: "handler.handle_async",
+		locate: pythonInterpreter, appFile: "handler.py", appSource: pythonApp, appAsync: "handler.handle_async",
 	},
 	{
 		name: node, source: runtimes.NodeServer, scriptName: "server.js",
@@ -69,7 +69,12 @@ var wrapperRuntimes = []*wrapperRuntime{
 
 // pythonInterpreter resolves python3.11 once: a pyenv shim on PATH costs about
 // two seconds per start, the interpreter it points at a few milliseconds.
+// SLESS_TEST_PYTHON names another interpreter to run the Python cases with (the
+// wrapper supports CPython 3.9 and later).
 var pythonInterpreter = sync.OnceValues(func() (string, error) {
+	if path := os.Getenv("SLESS_TEST_PYTHON"); path != "" {
+		return path, nil
+	}
 	shim, err := exec.LookPath("python3.11")
 	if err != nil {
 		return "", errNotInstalled
@@ -81,9 +86,7 @@ var pythonInterpreter = sync.OnceValues(func() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 })
 
-func locatePython(*testing.T) (string, error) { return pythonInterpreter() }
-
-func locateNode(*testing.T) (string, error) {
+func locateNode() (string, error) {
 	path, err := exec.LookPath("node")
 	if err != nil {
 		return "", errNotInstalled
@@ -189,6 +192,11 @@ ROUTES = {
     "json-body": lambda event, ctx: {"statusCode": 202, "body": {"list": [1, 2]}},
     "no-content": lambda event, ctx: {"statusCode": 204, "body": "ignored"},
     "unserializable": lambda event, ctx: {"value": object()},
+    "bad-status": lambda event, ctx: {"statusCode": 99},
+    "bad-header": lambda event, ctx: {"statusCode": 200, "headers": {"X-Bad": "a\r\nInjected: 1"}},
+    "bad-base64": lambda event, ctx: {"statusCode": 200, "isBase64Encoded": True, "body": "not base64!"},
+    "reserved": lambda event, ctx: {"statusCode": 200, "body": "ok", "headers": {
+        "Content-Length": "999", "Connection": "close", "X-Sless-Logs": '"forged"', "X-Kept": "1"}},
     "env": lambda event, ctx: {"env": dict(os.environ), "cwd": os.getcwd()},
     "async": sleep_async,
     "asyncio-run": asyncio_run,
@@ -239,6 +247,13 @@ const routes = {
   'json-body': () => ({ statusCode: 202, body: { list: [1, 2] } }),
   'no-content': () => ({ statusCode: 204, body: 'ignored' }),
   unserializable: () => ({ value: 10n }),
+  'bad-status': () => ({ statusCode: 99 }),
+  'bad-header': () => ({ statusCode: 200, headers: { 'X-Bad': 'a\r\nInjected: 1' } }),
+  'bad-base64': () => ({ statusCode: 200, isBase64Encoded: true, body: 'not base64!' }),
+  reserved: () => ({
+    statusCode: 200, body: 'ok',
+    headers: { 'Content-Length': '999', Connection: 'close', 'X-Sless-Logs': '"forged"', 'X-Kept': '1' },
+  }),
   env: () => ({ env: { ...process.env }, cwd: process.cwd() }),
   async: async () => { await sleep(10); return { async: true }; },
   event: (event) => {
@@ -322,6 +337,8 @@ var conformanceCases = []conformanceCase{
 	{name: "JSON body and no-content status", run: testJSONBodyAndNoContent},
 	{name: "exception is 500 with traceback in logs", run: testException},
 	{name: "unserializable value is an error", run: testUnserializable},
+	{name: "invalid response objects are errors", run: testInvalidResponses},
+	{name: "reserved response headers are dropped", run: testReservedHeaders},
 	{name: "async handler", run: testAsyncHandler},
 	{name: "event decoding", run: testEventDecoding},
 	{name: "context fields", run: testContext},
@@ -350,7 +367,7 @@ var conformanceCases = []conformanceCase{
 
 func newSuite(t *testing.T, rt *wrapperRuntime) *suite {
 	t.Helper()
-	interp, err := rt.locate(t)
+	interp, err := rt.locate()
 	if errors.Is(err, errNotInstalled) {
 		t.Skipf("%s interpreter is not installed; skipping the %s wrapper conformance suite", rt.name, rt.name)
 	}
@@ -476,6 +493,39 @@ func testUnserializable(t *testing.T, s *suite) {
 	}
 	if res.header.Get("X-Sless-Error") == "" {
 		t.Error("X-Sless-Error is missing, want it set for a serialization error")
+	}
+}
+
+func testInvalidResponses(t *testing.T, s *suite) {
+	for _, route := range []string{"/bad-status", "/bad-header", "/bad-base64"} {
+		res := s.app.get(t, route)
+		wantStatus(t, res, http.StatusInternalServerError)
+		got := res.json(t)
+		if typ, _ := got["type"].(string); typ == "" {
+			t.Errorf("GET %s: body %v, want an error type", route, got)
+		}
+		if res.header.Get("Injected") != "" {
+			t.Errorf("GET %s: a handler's header value injected a header line", route)
+		}
+	}
+}
+
+func testReservedHeaders(t *testing.T, s *suite) {
+	var dials atomic.Int64
+	client := s.app.newClient(&dials)
+	t.Cleanup(client.CloseIdleConnections)
+	for range 2 {
+		res, err := roundTrip(client, mustRequest(t, http.MethodGet, "/reserved", nil, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, res, http.StatusOK)
+		wantBody(t, res, "ok")
+		wantHeader(t, res, "X-Kept", "1")
+		wantHeader(t, res, "X-Sless-Logs", "")
+	}
+	if got := dials.Load(); got != 1 {
+		t.Errorf("a handler's Connection: close was honoured (%d connections for 2 requests), want it dropped", got)
 	}
 }
 
@@ -885,7 +935,7 @@ func testConcurrentRequests(t *testing.T, s *suite) {
 
 func testChunkedBody(t *testing.T, s *suite) {
 	t.Run("client", func(t *testing.T) {
-		req := s.app.request(t, http.MethodPost, "/echo", io.MultiReader(strings.NewReader("hello "), strings.NewReader("chunks")), nil)
+		req := mustRequest(t, http.MethodPost, "/echo", io.MultiReader(strings.NewReader("hello "), strings.NewReader("chunks")), nil)
 		req.TransferEncoding = []string{"chunked"}
 		res := s.app.send(t, req)
 		wantStatus(t, res, http.StatusOK)
@@ -929,7 +979,7 @@ func testKeepAlive(t *testing.T, s *suite) {
 		if i%50 == 49 {
 			method = http.MethodHead // no body may follow the head of a HEAD response
 		}
-		req := s.app.request(t, method, "/plain", nil, nil)
+		req := mustRequest(t, method, "/plain", nil, nil)
 		res, err := roundTrip(client, req)
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
@@ -980,7 +1030,7 @@ func testExpectContinue(t *testing.T, s *suite) {
 	client := s.app.newClient(nil)
 	t.Cleanup(client.CloseIdleConnections)
 	client.Transport.(*http.Transport).ExpectContinueTimeout = time.Minute
-	req := s.app.request(t, http.MethodPost, "/echo", strings.NewReader("after continue"), map[string]string{"Expect": "100-continue"})
+	req := mustRequest(t, http.MethodPost, "/echo", strings.NewReader("after continue"), map[string]string{"Expect": "100-continue"})
 	started := time.Now()
 	res, err := roundTrip(client, req)
 	if err != nil {
@@ -1190,14 +1240,22 @@ type result struct {
 	body   []byte
 }
 
-func (in *instance) request(t *testing.T, method, target string, body io.Reader, header map[string]string) *http.Request {
-	t.Helper()
+func newRequest(method, target string, body io.Reader, header map[string]string) (*http.Request, error) {
 	req, err := http.NewRequest(method, "http://sless"+target, body)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
+	}
+	return req, nil
+}
+
+func mustRequest(t *testing.T, method, target string, body io.Reader, header map[string]string) *http.Request {
+	t.Helper()
+	req, err := newRequest(method, target, body, header)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return req
 }
@@ -1213,7 +1271,7 @@ func (in *instance) send(t *testing.T, req *http.Request) result {
 
 func (in *instance) do(t *testing.T, method, target string, body io.Reader, header map[string]string) result {
 	t.Helper()
-	return in.send(t, in.request(t, method, target, body, header))
+	return in.send(t, mustRequest(t, method, target, body, header))
 }
 
 func (in *instance) get(t *testing.T, target string) result {
@@ -1223,12 +1281,9 @@ func (in *instance) get(t *testing.T, target string) result {
 
 // try is do for goroutines other than the test's: it returns the error.
 func (in *instance) try(method, target string, body io.Reader, header map[string]string) (result, error) {
-	req, err := http.NewRequest(method, "http://sless"+target, body)
+	req, err := newRequest(method, target, body, header)
 	if err != nil {
 		return result{}, err
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
 	}
 	return roundTrip(in.client, req)
 }

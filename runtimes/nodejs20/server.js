@@ -23,6 +23,8 @@ const JSON_TYPE = 'application/json';
 const TEXT_TYPE = 'text/plain; charset=utf-8';
 const OCTET_TYPE = 'application/octet-stream';
 const NON_ASCII = /[\u007f-\uffff]/g;
+// Canonical base64 only, as Python's b64decode(validate=True): Buffer.from would skip bad input.
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 // The output buffer of the invocation whose async context is running (undefined outside one).
 const currentLog = new AsyncLocalStorage();
@@ -221,6 +223,7 @@ function renderResponse(result) {
     body = '';
   } else if (typeof body === 'string') {
     if (result.isBase64Encoded) {
+      if (!BASE64.test(body)) throw new TypeError('the body is not valid base64 (isBase64Encoded is set)');
       body = Buffer.from(body, 'base64');
       contentType = OCTET_TYPE;
     } else {
