@@ -22,6 +22,9 @@ import (
 	"sless.kube5s.ru/sless/internal/server"
 	"sless.kube5s.ru/sless/modules/build/buildfx"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
+	"sless.kube5s.ru/sless/modules/invoke/invokefx"
+	"sless.kube5s.ru/sless/modules/invoke/proxy"
+	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/storage"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
@@ -53,11 +56,14 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 				BuildTimeout: c.BuildTimeout, UploadLimits: c.BuildLimits,
 				UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4,
 			},
+			runtimefx.Config{Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth}},
+			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes}, Retention: c.InvocationRetention},
 		),
 		storagefx.Module,
 		runtimefx.Module,
 		buildfx.Module,
 		functionsfx.Module,
+		invokefx.Module,
 		fx.Provide(server.New),
 		fx.Invoke(func(*server.Server) {}),
 		fx.Options(plugins...),

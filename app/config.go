@@ -49,6 +49,18 @@ type Config struct {
 	BuildTimeout time.Duration
 	// BuildLimits bound uploaded archives; defaults 50 MiB, 250 MiB, 10,000.
 	BuildLimits safezip.Limits
+	// IdleTimeout stops instances idle this long; default 5m.
+	IdleTimeout time.Duration
+	// Prestart is the number of generic processes kept ready per runtime;
+	// default 1.
+	Prestart int
+	// QueueDepth bounds the invocations of one function waiting for
+	// capacity; default 100.
+	QueueDepth int
+	// MaxRequestBytes caps invocation request bodies; default 6 MiB.
+	MaxRequestBytes int64
+	// InvocationRetention is how long invocations are kept; default 7 days.
+	InvocationRetention time.Duration
 }
 
 // setting is one configuration value with its flag, variable and file key.
@@ -75,13 +87,19 @@ var settings = []setting{
 	{name: "build-max-zip-bytes", usage: "largest accepted upload"},
 	{name: "build-max-extracted-bytes", usage: "largest total size of the files in an upload"},
 	{name: "build-max-entries", usage: "most entries an upload may hold"},
+	{name: "idle-timeout", usage: "instances idle this long stop, down to a function's min_instances"},
+	{name: "prestart", usage: "interpreters kept started per runtime in use, so that cold starts skip the interpreter's start (0: off)"},
+	{name: "queue-depth", usage: "most invocations of one function that wait for a free instance; more get 503"},
+	{name: "max-request-bytes", usage: "largest invocation request body; larger gets 413"},
+	{name: "invocation-retention", usage: "how long invocation records are kept (0: forever)"},
 }
 
 // AddFlags registers the settings as flags of fs, writing into cfg, plus
 // --config for the config file.
 func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	lim := safezip.DefaultLimits()
-	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim}
+	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
+		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
 		"listen": &cfg.Listen, "data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
@@ -90,6 +108,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"log-level": &cfg.LogLevel, "log-format": &cfg.LogFormat,
 		"build-timeout": &cfg.BuildTimeout, "build-max-zip-bytes": &cfg.BuildLimits.MaxCompressedBytes,
 		"build-max-extracted-bytes": &cfg.BuildLimits.MaxExtractedBytes, "build-max-entries": &cfg.BuildLimits.MaxEntries,
+		"idle-timeout": &cfg.IdleTimeout, "prestart": &cfg.Prestart, "queue-depth": &cfg.QueueDepth,
+		"max-request-bytes": &cfg.MaxRequestBytes, "invocation-retention": &cfg.InvocationRetention,
 	}
 	for _, s := range settings {
 		usage := fmt.Sprintf("%s (env %s)", s.usage, envName(s.name))
@@ -243,6 +263,21 @@ func (c *Config) validate() error {
 	}
 	if c.BuildLimits.MaxEntries <= 0 {
 		bad("build-max-entries", "must be positive")
+	}
+	if c.IdleTimeout <= 0 {
+		bad("idle-timeout", "must be positive")
+	}
+	if c.Prestart < 0 || c.Prestart > 16 {
+		bad("prestart", "must be between 0 and 16")
+	}
+	if c.QueueDepth < 1 {
+		bad("queue-depth", "must be at least 1")
+	}
+	if c.MaxRequestBytes <= 0 {
+		bad("max-request-bytes", "must be positive")
+	}
+	if c.InvocationRetention < 0 {
+		bad("invocation-retention", "must not be negative")
 	}
 	return errors.Join(errs...)
 }

@@ -78,6 +78,9 @@ func newRoot(plugins []fx.Option) *cobra.Command {
 		newServerCmd(g),
 		newDeployCmd(g),
 		newFnCmd(g),
+		newInvokeCmd(g),
+		newInvocationsCmd(g),
+		newLogsCmd(g),
 		newVersionCmd(),
 	)
 	return root

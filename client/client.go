@@ -17,6 +17,7 @@ import (
 
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/invoke"
 )
 
 // Client calls one sless server. It is safe for concurrent use.
@@ -71,6 +72,20 @@ func IsNotFound(err error) bool {
 	return errors.As(err, &ae) && ae.StatusCode == http.StatusNotFound
 }
 
+// decodeError turns an error response into an *APIError.
+func decodeError(code int, status string, body []byte) error {
+	var eb struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
+		eb.Error = strings.TrimSpace(string(body))
+		if eb.Error == "" {
+			eb.Error = status
+		}
+	}
+	return &APIError{StatusCode: code, Message: eb.Error}
+}
+
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
 		return c.HTTP
@@ -99,16 +114,7 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, co
 		return fmt.Errorf("reading the answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		var eb struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(data, &eb) != nil || eb.Error == "" {
-			eb.Error = strings.TrimSpace(string(data))
-			if eb.Error == "" {
-				eb.Error = resp.Status
-			}
-		}
-		return &APIError{StatusCode: resp.StatusCode, Message: eb.Error}
+		return decodeError(resp.StatusCode, resp.Status, data)
 	}
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -236,3 +242,76 @@ func (c *Client) WaitSettled(ctx context.Context, ns, name string, gen int64, pr
 		interval = min(interval*2, time.Second)
 	}
 }
+
+// InvokeResult is a function's answer to Invoke.
+type InvokeResult struct {
+	InvocationID string
+	StatusCode   int
+	Header       http.Header
+	Body         []byte
+}
+
+// Invoke runs a function once with body as its event, through the
+// authenticated API (it works whether or not the function is exposed on /fn).
+// A function's error status is a result, not an error.
+func (c *Client) Invoke(ctx context.Context, ns, name string, body []byte) (*InvokeResult, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Endpoint+fnPath(ns, name)+"/invoke", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Content-Type", "application/json")
+	hc := *c.httpClient()
+	hc.Timeout = 0 // the function's own timeout bounds the call
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("calling sless at %s: %w", c.Endpoint, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the function's answer: %w", err)
+	}
+	id := resp.Header.Get("X-Sless-Invocation-Id")
+	if id == "" {
+		// Refused before an invocation existed (authentication, routing).
+		return nil, decodeError(resp.StatusCode, resp.Status, data)
+	}
+	return &InvokeResult{InvocationID: id, StatusCode: resp.StatusCode, Header: resp.Header, Body: data}, nil
+}
+
+// InvocationQuery selects invocations; see invoke.Query.
+type InvocationQuery struct {
+	Status, TriggerKind, TriggerName string
+	Limit                            int
+	Before                           string
+}
+
+// ListInvocations returns a page of a function's invocations, newest first,
+// and the cursor of the next page.
+func (c *Client) ListInvocations(ctx context.Context, ns, name string, q InvocationQuery) ([]*invoke.Record, string, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"status": q.Status, "trigger_kind": q.TriggerKind, "trigger_name": q.TriggerName, "before": q.Before} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if q.Limit > 0 {
+		v.Set("limit", fmt.Sprint(q.Limit))
+	}
+	var page struct {
+		Items []*invoke.Record `json:"items"`
+		Next  string           `json:"next"`
+	}
+	err := c.doJSON(ctx, http.MethodGet, fnPath(ns, name)+"/invocations?"+v.Encode(), nil, &page)
+	return page.Items, page.Next, err
+}
+
+// GetInvocation returns one invocation with its logs.
+func (c *Client) GetInvocation(ctx context.Context, ns, id string) (*invoke.Record, error) {
+	var out invoke.Record
+	return &out, c.doJSON(ctx, http.MethodGet, "/v1/namespaces/"+url.PathEscape(ns)+"/invocations/"+url.PathEscape(id), nil, &out)
+}
+
+// MaxPage is the largest page size of list calls.
+const MaxPage = 500

@@ -42,6 +42,7 @@ func TestModuleReconcilesChanges(t *testing.T) {
 			storagefx.Config{DatabaseURL: "sqlite:" + filepath.Join(dir, "db")},
 			buildfx.Config{ArtifactDir: filepath.Join(dir, "artifacts"), Limits: safezip.DefaultLimits()},
 			functionsfx.Config{BuildTimeout: time.Minute, UploadLimits: safezip.DefaultLimits(), UploadDir: dir, Workers: 2},
+			runtimefx.Config{},
 			fx.Annotate(blobs, fx.As(new(storage.Blobs))),
 		),
 		fx.Populate(&store, &notifier),

@@ -6,63 +6,89 @@ package reconcile
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"sless.kube5s.ru/sless/internal/controller"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/runtime"
 )
 
 // Reconciler reconciles functions.
 type Reconciler struct {
 	store        functions.Store
 	builder      build.Builder
+	executor     runtime.Executor
 	buildTimeout time.Duration
 	log          *slog.Logger
 }
 
 // New returns a reconciler. buildTimeout bounds one build.
-func New(store functions.Store, builder build.Builder, buildTimeout time.Duration, log *slog.Logger) *Reconciler {
-	return &Reconciler{store: store, builder: builder, buildTimeout: buildTimeout, log: log}
+func New(store functions.Store, builder build.Builder, executor runtime.Executor, buildTimeout time.Duration, log *slog.Logger) *Reconciler {
+	return &Reconciler{store: store, builder: builder, executor: executor, buildTimeout: buildTimeout, log: log}
 }
 
 // Reconcile brings one function to its desired state. It is level-based and
 // idempotent: the build key recorded in the status means that the same code
 // is never built twice, and a Failed build is not retried until the function
-// changes (a new upload or spec update raises the generation).
+// changes (a new upload or spec update raises the generation). The last good
+// artifact is deployed to the executor on every pass, so that a restarted
+// server serves what it served before.
 func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controller.Result, error) {
 	fn, err := r.store.Get(ctx, key)
 	if errors.Is(err, functions.ErrNotFound) {
-		return controller.Result{}, nil
+		return controller.Result{}, r.executor.Undeploy(ctx, key.Namespace, key.Name)
 	}
 	if err != nil {
 		return controller.Result{}, err
 	}
+	st, err := r.build(ctx, fn)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	// Deploy before publishing Ready: a client that sees Ready reaches the
+	// new version.
+	if st.Artifact != "" {
+		if err := r.executor.Deploy(ctx, Target(fn, st.Artifact)); err != nil {
+			return controller.Result{}, fmt.Errorf("deploying %s: %w", key, err)
+		}
+	} else if err := r.executor.Undeploy(ctx, key.Namespace, key.Name); err != nil {
+		return controller.Result{}, err
+	}
+	return controller.Result{}, r.setStatus(ctx, fn, st)
+}
+
+// build returns the status after building the function's code if needed.
+func (r *Reconciler) build(ctx context.Context, fn *functions.Function) (functions.Status, error) {
+	key := fn.Key()
 	st := fn.Status
 	st.ObservedGeneration = fn.Generation
 
 	if fn.CodeSHA256 == "" {
 		st.Phase, st.Message = functions.PhasePending, "waiting for code: upload a zip to /v1/namespaces/"+fn.Namespace+"/functions/"+fn.Name+"/upload"
-		return controller.Result{}, r.setStatus(ctx, fn, st)
+		return st, nil
 	}
 	req := build.Request{Namespace: fn.Namespace, Function: fn.Name, Runtime: fn.Runtime, Handler: fn.Handler, CodeSHA256: fn.CodeSHA256}
 	buildKey := req.Key()
-	if fn.Status.BuildKey == buildKey && fn.Status.ObservedGeneration == fn.Generation &&
-		(fn.Status.Phase == functions.PhaseReady || fn.Status.Phase == functions.PhaseFailed) {
-		return controller.Result{}, nil
-	}
-	if fn.Status.BuildKey == buildKey && fn.Status.Phase == functions.PhaseReady {
-		// Only settings that do not affect the artifact changed.
-		return controller.Result{}, r.setStatus(ctx, fn, st)
+	if fn.Status.BuildKey == buildKey && (fn.Status.Phase == functions.PhaseReady ||
+		fn.Status.Phase == functions.PhaseFailed && fn.Status.ObservedGeneration == fn.Generation) {
+		// Built already, or failed and unchanged since: only settings that
+		// do not affect the artifact may have changed.
+		return st, nil
 	}
 
 	st.Phase, st.Message, st.BuildKey = functions.PhaseBuilding, "building code "+short(fn.CodeSHA256), buildKey
 	if err := r.setStatus(ctx, fn, st); err != nil {
-		return controller.Result{}, err
+		return st, err
 	}
+	fn.Status = st
 	start := time.Now()
 	buildCtx, cancel := context.WithTimeoutCause(ctx, r.buildTimeout, fmt.Errorf("the build took longer than %s", r.buildTimeout))
 	res, err := r.builder.Build(buildCtx, req)
@@ -71,7 +97,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controll
 		if ctx.Err() != nil {
 			// The server is stopping: the function stays Building and the
 			// build runs again after the next start.
-			return controller.Result{}, ctx.Err()
+			return st, ctx.Err()
 		}
 		st.Phase, st.Message, st.BuildLog = functions.PhaseFailed, failureMessage(err), ""
 		if be, ok := build.AsError(err); ok {
@@ -82,7 +108,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controll
 		if st.Artifact != "" {
 			st.Message += "; still serving code " + short(st.CodeSHA256)
 		}
-		return controller.Result{}, r.setStatus(ctx, fn, st)
+		return st, nil
 	}
 	r.log.InfoContext(ctx, "built", "namespace", key.Namespace, "function", key.Name,
 		"code_sha256", fn.CodeSHA256, "reused", res.Reused, "duration", time.Since(start))
@@ -91,7 +117,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controll
 	if !res.Reused {
 		st.BuildLog = res.Log
 	}
-	return controller.Result{}, r.setStatus(ctx, fn, st)
+	return st, nil
+}
+
+// Target is the deployable version of fn running artifact. Its Version
+// changes with everything that needs new instances (code, handler, env,
+// memory, concurrency) and not with what applies in place (instance counts,
+// timeout).
+func Target(fn *functions.Function, artifact string) runtime.Target {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%d", fn.Runtime, artifact, fn.Handler, fn.MemoryMB, fn.Concurrency)
+	for _, k := range slices.Sorted(maps.Keys(fn.Env)) {
+		fmt.Fprintf(h, "\x00%s=%s", k, fn.Env[k])
+	}
+	return runtime.Target{
+		Namespace: fn.Namespace, Name: fn.Name, Version: hex.EncodeToString(h.Sum(nil))[:16],
+		Runtime: fn.Runtime, Artifact: artifact, Handler: fn.Handler, Env: fn.Env,
+		Timeout: time.Duration(fn.TimeoutSeconds) * time.Second, MemoryMB: fn.MemoryMB,
+		MinInstances: fn.MinInstances, MaxInstances: fn.MaxInstances, Concurrency: fn.Concurrency,
+	}
 }
 
 // failureMessage is the status message of a failed build: the builder's

@@ -15,6 +15,7 @@ import (
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/fnstore"
 	"sless.kube5s.ru/sless/modules/functions/reconcile"
+	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
@@ -41,6 +42,39 @@ func (b *fakeBuilder) count() int {
 	return len(b.builds)
 }
 
+// fakeExecutor records what is deployed.
+type fakeExecutor struct {
+	mu       sync.Mutex
+	deployed map[string]runtime.Target
+}
+
+func (e *fakeExecutor) Deploy(_ context.Context, t runtime.Target) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.deployed[t.Namespace+"/"+t.Name] = t
+	return nil
+}
+
+func (e *fakeExecutor) Undeploy(_ context.Context, ns, name string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.deployed, ns+"/"+name)
+	return nil
+}
+
+func (e *fakeExecutor) Acquire(context.Context, string, string) (runtime.Lease, error) {
+	return nil, runtime.ErrNotDeployed
+}
+
+func (e *fakeExecutor) get(key functions.Key) (runtime.Target, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.deployed[key.String()]
+	return t, ok
+}
+
+var executor *fakeExecutor
+
 func setup(t *testing.T) (*fnstore.Store, *fakeBuilder, *reconcile.Reconciler, functions.Key) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -59,7 +93,8 @@ func setup(t *testing.T) (*fnstore.Store, *fakeBuilder, *reconcile.Reconciler, f
 		t.Fatal(err)
 	}
 	b := &fakeBuilder{}
-	return store, b, reconcile.New(store, b, time.Minute, log), fn.Key()
+	executor = &fakeExecutor{deployed: map[string]runtime.Target{}}
+	return store, b, reconcile.New(store, b, executor, time.Minute, log), fn.Key()
 }
 
 func reconcileAndGet(t *testing.T, store *fnstore.Store, r *reconcile.Reconciler, key functions.Key) *functions.Function {
@@ -93,6 +128,10 @@ func TestBuildsOncePerCode(t *testing.T) {
 		fn.Status.ObservedGeneration != fn.Generation || fn.Status.BuildLog != "installed" {
 		t.Fatalf("after the first reconcile: %+v", fn.Status)
 	}
+	first, ok := executor.get(key)
+	if !ok || first.Artifact != "/artifacts/c1" || first.Handler != "handler.handle" {
+		t.Fatalf("deployed %+v, %t; want the built artifact", first, ok)
+	}
 	// Level-based: reconciling again, or after a change that does not touch
 	// the code, builds nothing.
 	reconcileAndGet(t, store, r, key)
@@ -104,6 +143,17 @@ func TestBuildsOncePerCode(t *testing.T) {
 	fn = reconcileAndGet(t, store, r, key)
 	if b.count() != 1 || fn.Status.ObservedGeneration != fn.Generation || fn.Status.Phase != functions.PhaseReady {
 		t.Errorf("after an env change: %d builds, status %+v; want 1 build, Ready, observed", b.count(), fn.Status)
+	}
+	if second, _ := executor.get(key); second.Version == first.Version || second.Env["X"] != "1" {
+		t.Errorf("an env change deployed version %s (was %s) with env %v; want a new version with X=1", second.Version, first.Version, second.Env)
+	}
+	spec.MaxInstances = 5
+	if _, err := store.UpdateSpec(ctx, key, spec); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAndGet(t, store, r, key)
+	if third, _ := executor.get(key); third.MaxInstances != 5 {
+		t.Errorf("max_instances change not deployed: %+v", third)
 	}
 	// New code builds again.
 	if _, err := store.SetCode(ctx, key, "c2"); err != nil {
@@ -163,12 +213,49 @@ func TestInfrastructureErrorsAreNotShown(t *testing.T) {
 	}
 }
 
-func TestDeletedFunctionIsNoError(t *testing.T) {
+func TestDeletedFunctionIsUndeployed(t *testing.T) {
 	store, _, r, key := setup(t)
+	if _, err := store.SetCode(context.Background(), key, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAndGet(t, store, r, key)
+	if _, ok := executor.get(key); !ok {
+		t.Fatal("not deployed")
+	}
 	if err := store.Delete(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Reconcile(context.Background(), key); err != nil {
 		t.Errorf("Reconcile of a deleted function: %v", err)
+	}
+	if _, ok := executor.get(key); ok {
+		t.Error("a deleted function is still deployed")
+	}
+}
+
+func TestTargetVersion(t *testing.T) {
+	fn := &functions.Function{Namespace: "n", Name: "f", Spec: functions.Spec{Runtime: "python3.11", Handler: "h.h",
+		Env: map[string]string{"A": "1", "B": "2"}, TimeoutSeconds: 3, MemoryMB: 128, MaxInstances: 2, Concurrency: 1}}
+	base := reconcile.Target(fn, "/a").Version
+	same := *fn
+	same.Env = map[string]string{"B": "2", "A": "1"}
+	same.TimeoutSeconds, same.MinInstances, same.MaxInstances = 60, 1, 9
+	if v := reconcile.Target(&same, "/a").Version; v != base {
+		t.Errorf("timeout and instance counts changed the version")
+	}
+	for name, mutate := range map[string]func(f *functions.Function){
+		"env":         func(f *functions.Function) { f.Env = map[string]string{"A": "1", "B": "3"} },
+		"memory":      func(f *functions.Function) { f.MemoryMB = 256 },
+		"concurrency": func(f *functions.Function) { f.Concurrency = 2 },
+		"handler":     func(f *functions.Function) { f.Handler = "h.g" },
+	} {
+		changed := *fn
+		mutate(&changed)
+		if reconcile.Target(&changed, "/a").Version == base {
+			t.Errorf("a change of %s kept the version", name)
+		}
+	}
+	if reconcile.Target(fn, "/b").Version == base {
+		t.Error("a new artifact kept the version")
 	}
 }

@@ -1,27 +1,45 @@
 // Package runtimefx provides the runtime module: the built-in python3.11 and
 // nodejs20 providers, the registry of every provider in
-// runtime.ProvidersGroup (plugins' included) and GET /v1/runtimes.
+// runtime.ProvidersGroup (plugins' included), GET /v1/runtimes, and the local
+// executor of the embedded mode.
 package runtimefx
 
 import (
+	"log/slog"
+
 	"go.uber.org/fx"
 
 	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/nodejs"
 	"sless.kube5s.ru/sless/modules/runtime/python"
 	"sless.kube5s.ru/sless/modules/runtime/rtapi"
 )
 
+// Config configures the runtime module.
+type Config struct {
+	// Executor configures the local executor.
+	Executor local.Config
+}
+
 // Module is the runtime module.
 var Module = fx.Module("runtime",
+	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "runtime") }),
 	fx.Provide(
 		AsProvider(python.New),
 		AsProvider(nodejs.New),
 		fx.Annotate(runtime.NewRegistry, fx.ParamTags(runtime.ProvidersGroup)),
 		httpx.AsRoutes(rtapi.New),
+		newExecutor,
 	),
 )
+
+func newExecutor(lc fx.Lifecycle, c Config, reg *runtime.Registry, log *slog.Logger) runtime.Executor {
+	e := local.New(c.Executor, reg, log)
+	lc.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
+	return e
+}
 
 // AsProvider annotates a constructor of a runtime.Provider implementation so
 // that fx.Provide adds its result to the registry. A runtime plugin is:

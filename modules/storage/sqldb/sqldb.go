@@ -5,6 +5,7 @@ package sqldb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -13,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/glebarez/sqlite"
+	"github.com/libtnb/sqlite"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -140,10 +141,45 @@ func Close(db *gorm.DB) error {
 
 // newLogger routes gorm's messages to slog: errors and slow queries only.
 func newLogger(log *slog.Logger) logger.Interface {
-	return logger.NewSlogLogger(log, logger.Config{
-		SlowThreshold:             500 * time.Millisecond,
-		LogLevel:                  logger.Warn,
-		IgnoreRecordNotFoundError: true,
-		ParameterizedQueries:      true,
-	})
+	return &gormLogger{log: log, slow: 500 * time.Millisecond}
+}
+
+// gormLogger renders a statement's SQL only when it logs it: gorm's own
+// loggers format every statement with its arguments, which cost the
+// invocation ledger's writer more than its inserts.
+type gormLogger struct {
+	log  *slog.Logger
+	slow time.Duration
+}
+
+func (l *gormLogger) LogMode(logger.LogLevel) logger.Interface { return l }
+
+// ParamsFilter keeps statements' arguments (such as functions' env values)
+// out of the log.
+func (l *gormLogger) ParamsFilter(_ context.Context, sql string, _ ...any) (string, []any) {
+	return sql, nil
+}
+
+func (l *gormLogger) Info(ctx context.Context, msg string, args ...any) {
+	l.log.InfoContext(ctx, fmt.Sprintf(msg, args...))
+}
+
+func (l *gormLogger) Warn(ctx context.Context, msg string, args ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(msg, args...))
+}
+
+func (l *gormLogger) Error(ctx context.Context, msg string, args ...any) {
+	l.log.ErrorContext(ctx, fmt.Sprintf(msg, args...))
+}
+
+func (l *gormLogger) Trace(ctx context.Context, begin time.Time, fc func() (string, int64), err error) {
+	elapsed := time.Since(begin)
+	switch {
+	case err != nil && !errors.Is(err, gorm.ErrRecordNotFound) && !errors.Is(err, context.Canceled):
+		sql, rows := fc()
+		l.log.ErrorContext(ctx, "database statement failed", "sql", sql, "rows", rows, "duration", elapsed, "error", err)
+	case elapsed > l.slow:
+		sql, rows := fc()
+		l.log.WarnContext(ctx, "slow database statement", "sql", sql, "rows", rows, "duration", elapsed)
+	}
 }

@@ -1,0 +1,397 @@
+// Command bench measures the data plane on this machine and prints a
+// markdown table: throughput and latency through /fn next to calling the
+// same wrapper directly, cold starts next to a bare interpreter start, and
+// the ledger's write rate. Run it with bench/run.sh (which installs wrk).
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sless.kube5s.ru/sless/runtimes"
+)
+
+var (
+	duration    = flag.Duration("duration", 10*time.Second, "length of each load run")
+	coldSamples = flag.Int("cold-samples", 15, "cold starts measured per runtime")
+	writeReadme = flag.Bool("write", false, "replace the results table in bench/README.md")
+)
+
+const token = "bench-token-0123456789"
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type runtimeCase struct {
+	name, example, interpreter, wrapperFile string
+	wrapper                                 []byte
+	bare                                    []string // arguments of a bare start
+}
+
+func run() error {
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return fmt.Errorf("wrk is needed (apt-get install wrk, or run bench/run.sh): %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "sless-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "sless")
+	logf("building sless")
+	if err := command("go", "build", "-o", bin, "./cmd/sless").Run(); err != nil {
+		return fmt.Errorf("building sless: %w", err)
+	}
+	python, err := realPath("python3.11", "-c", "import sys; print(sys.executable)")
+	if err != nil {
+		return err
+	}
+	node, err := realPath("node", "-p", "process.execPath")
+	if err != nil {
+		return err
+	}
+	cases := []runtimeCase{
+		{name: "python3.11", example: "examples/hello-python", interpreter: python, wrapperFile: "server.py", wrapper: runtimes.PythonServer, bare: []string{"-S", "-c", "pass"}},
+		{name: "nodejs20", example: "examples/hello-node", interpreter: node, wrapperFile: "server.js", wrapper: runtimes.NodeServer, bare: []string{"-e", "0"}},
+	}
+
+	srv, err := startServer(bin, tmp)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	var report bytes.Buffer
+	fmt.Fprintf(&report, "Measured %s on %s (%d CPUs), wrk %s per run.\n\n", time.Now().Format("2006-01-02"), hostname(), goruntime.NumCPU(), *duration)
+	fmt.Fprintln(&report, "| runtime | connections | direct req/s | /fn req/s | ratio | direct p50 | /fn p50 | added p50 | direct p99 | /fn p99 |")
+	fmt.Fprintln(&report, "|---|---|---|---|---|---|---|---|---|---|")
+	var coldRows []string
+	for _, rc := range cases {
+		fn := "hello-" + strings.ReplaceAll(rc.name, ".", "")
+		logf("deploying %s", fn)
+		if err := srv.cli("deploy", rc.example, "--name", fn, "--runtime", rc.name, "--concurrency", "32", "--max-instances", "1"); err != nil {
+			return err
+		}
+		direct, stop, err := startWrapper(rc, tmp)
+		if err != nil {
+			return err
+		}
+		fnURL := srv.endpoint + "/fn/default/" + fn
+		for _, url := range []string{direct, fnURL} {
+			if _, err := wrk(url, 8, 2*time.Second); err != nil { // warm up
+				stop()
+				return err
+			}
+		}
+		for _, conns := range []int{1, 32} {
+			logf("%s: %d connections", rc.name, conns)
+			d, err := wrk(direct, conns, *duration)
+			if err != nil {
+				stop()
+				return err
+			}
+			f, err := wrk(fnURL, conns, *duration)
+			if err != nil {
+				stop()
+				return err
+			}
+			fmt.Fprintf(&report, "| %s | %d | %.0f | %.0f | %.2fx | %s | %s | %s | %s | %s |\n", rc.name, conns, d.rps, f.rps, f.rps/d.rps,
+				msStr(d.p50), msStr(f.p50), msStr(f.p50-d.p50), msStr(d.p99), msStr(f.p99))
+		}
+		stop()
+
+		logf("%s: cold starts", rc.name)
+		cold, err := coldStarts(fnURL, *coldSamples)
+		if err != nil {
+			return err
+		}
+		bare, err := bareStarts(rc, 20)
+		if err != nil {
+			return err
+		}
+		coldRows = append(coldRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %.2fx |", rc.name, msStr(pct(cold, 50)), msStr(pct(cold, 99)),
+			msStr(pct(bare, 50)), strings.Join(rc.bareCmd(), " "), float64(pct(cold, 50))/float64(pct(bare, 50))))
+	}
+	fmt.Fprintln(&report, "\nCold start: the first request through /fn after the function scaled to zero, end to end, next to a bare interpreter start.")
+	fmt.Fprintln(&report)
+	fmt.Fprintln(&report, "| runtime | cold p50 | cold p99 | bare start p50 | bare command | cold / bare |")
+	fmt.Fprintln(&report, "|---|---|---|---|---|---|")
+	for _, r := range coldRows {
+		fmt.Fprintln(&report, r)
+	}
+	logf("ledger")
+	rate, err := ledgerRate()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(&report, "\nLedger: %s records written per second (batched inserts into SQLite, `BenchmarkRecord`).\n", rate)
+
+	os.Stdout.Write(report.Bytes())
+	if *writeReadme {
+		return replaceResults("bench/README.md", report.String())
+	}
+	return nil
+}
+
+func (rc runtimeCase) bareCmd() []string {
+	return append([]string{filepath.Base(rc.interpreter)}, rc.bare...)
+}
+
+func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...) }
+
+func command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// realPath asks an interpreter for its real binary (not a version-manager shim).
+func realPath(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		return "", fmt.Errorf("finding %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+type server struct {
+	cmd      *exec.Cmd
+	endpoint string
+	dataDir  string
+	bin      string
+}
+
+func startServer(bin, tmp string) (*server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{bin: bin, dataDir: filepath.Join(tmp, "data"), endpoint: "http://127.0.0.1:" + port}
+	// A short idle timeout lets the cold start runs scale to zero quickly.
+	s.cmd = exec.Command(bin, "server", "--listen", "127.0.0.1:"+port, "--data-dir", s.dataDir,
+		"--api-token", token, "--log-level", "warn", "--idle-timeout", "1s")
+	s.cmd.Stderr = os.Stderr
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get(s.endpoint + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("sless server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *server) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.cmd.Wait()
+}
+
+func (s *server) cli(args ...string) error {
+	cmd := command(s.bin, args...)
+	cmd.Env = append(os.Environ(), "SLESS_ENDPOINT="+s.endpoint, "SLESS_TOKEN="+token)
+	cmd.Stdout = io.Discard
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("sless %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// startWrapper runs the runtime's wrapper on a TCP port, specialized at start
+// with the example's code (as the cluster mode runs it), with the same
+// concurrency as the deployed function.
+func startWrapper(rc runtimeCase, tmp string) (string, func(), error) {
+	wrapper := filepath.Join(tmp, rc.name+"-"+rc.wrapperFile)
+	if err := os.WriteFile(wrapper, rc.wrapper, 0o644); err != nil {
+		return "", nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return "", nil, err
+	}
+	code, err := filepath.Abs(rc.example)
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(rc.interpreter, wrapper, "--listen", "tcp:127.0.0.1:"+port, "--code-dir", code, "--handler", "handler.handle")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SLESS_FUNCTION=hello", "SLESS_NAMESPACE=default", "SLESS_CONCURRENCY=32"}
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
+	url := "http://127.0.0.1:" + port + "/"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+			c.Close()
+			return url, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("the %s wrapper did not listen", rc.name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type load struct {
+	rps      float64
+	p50, p99 time.Duration
+}
+
+var (
+	rpsLine = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	pctLine = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+)
+
+// wrk runs wrk with one thread per two connections (at most two: this is a
+// two-core machine shared with the server).
+func wrk(url string, conns int, d time.Duration) (load, error) {
+	threads := min(max(conns/16, 1), 2)
+	out, err := exec.Command("wrk", "--latency", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns),
+		"-d", fmt.Sprintf("%ds", int(d.Seconds())), url).CombinedOutput()
+	if err != nil {
+		return load{}, fmt.Errorf("wrk %s: %w\n%s", url, err, out)
+	}
+	if strings.Contains(string(out), "Non-2xx") || strings.Contains(string(out), "Socket errors") {
+		return load{}, fmt.Errorf("wrk %s saw errors:\n%s", url, out)
+	}
+	var l load
+	m := rpsLine.FindSubmatch(out)
+	if m == nil {
+		return load{}, fmt.Errorf("no Requests/sec in wrk output:\n%s", out)
+	}
+	l.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	for _, m := range pctLine.FindAllSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(string(m[2]), 64)
+		unit := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second}[string(m[3])]
+		d := time.Duration(v * float64(unit))
+		if string(m[1]) == "50" {
+			l.p50 = d
+		} else {
+			l.p99 = d
+		}
+	}
+	return l, nil
+}
+
+// coldStarts waits for the function to scale to zero (idle timeout 1s plus
+// the reaper's period) before each request and times the request.
+func coldStarts(url string, n int) ([]time.Duration, error) {
+	var out []time.Duration
+	for len(out) < n {
+		time.Sleep(2500 * time.Millisecond)
+		start := time.Now()
+		resp, err := http.Get(url)
+		if err != nil {
+			return nil, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		took := time.Since(start)
+		if resp.StatusCode != 200 {
+			return nil, fmt.Errorf("cold request: HTTP %d", resp.StatusCode)
+		}
+		if !strings.Contains(resp.Header.Get("Server-Timing"), "cold;dur=0.000") {
+			out = append(out, took)
+		} else {
+			logf("a request after idling found a warm instance; not counted")
+		}
+	}
+	return out, nil
+}
+
+// bareStarts times n runs of the bare interpreter.
+func bareStarts(rc runtimeCase, n int) ([]time.Duration, error) {
+	var out []time.Duration
+	for range n {
+		start := time.Now()
+		if err := exec.Command(rc.interpreter, rc.bare...).Run(); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+func ledgerRate() (string, error) {
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "BenchmarkRecord", "-benchtime", "3s", "./modules/invoke/ledger/").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("ledger benchmark: %w\n%s", err, out)
+	}
+	m := regexp.MustCompile(`([0-9.]+) records/s`).FindSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("no records/s in the ledger benchmark output:\n%s", out)
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return fmt.Sprintf("%.0f", v), nil
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, (len(s)*p)/100)]
+}
+
+func msStr(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port, nil
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// replaceResults puts report between the results markers of the README.
+func replaceResults(path, report string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	const begin, end = "<!-- results -->", "<!-- /results -->"
+	i, j := bytes.Index(data, []byte(begin)), bytes.Index(data, []byte(end))
+	if i < 0 || j < i {
+		return fmt.Errorf("%s lacks the %s ... %s markers", path, begin, end)
+	}
+	out := append(append(append([]byte{}, data[:i+len(begin)]...), "\n"+report...), data[j:]...)
+	return os.WriteFile(path, out, 0o644)
+}

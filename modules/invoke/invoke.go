@@ -1,0 +1,116 @@
+// Package invoke is the contract of the invoke module: the Invoker that runs
+// a function once (for triggers, jobs and the CLI), and the Ledger that
+// records every invocation.
+package invoke
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Trigger kinds recorded on invocations.
+const (
+	KindHTTP     = "http"
+	KindCron     = "cron"
+	KindRabbitMQ = "rabbitmq"
+	KindJob      = "job"
+	KindCLI      = "cli"
+)
+
+// ErrNotFound is returned (wrapped) for an unknown invocation.
+var ErrNotFound = errors.New("invocation not found")
+
+// Record is one invocation as the ledger keeps it and the API shows it.
+type Record struct {
+	// ID is a UUIDv7: ordering ids orders invocations by start time.
+	ID        string `json:"id"`
+	Namespace string `json:"namespace"`
+	Function  string `json:"function"`
+	// TriggerKind is one of the Kind constants; TriggerName names the
+	// trigger or job, empty for http and cli.
+	TriggerKind string    `json:"trigger_kind"`
+	TriggerName string    `json:"trigger_name,omitempty"`
+	Method      string    `json:"method"`
+	Path        string    `json:"path"`
+	StartedAt   time.Time `json:"started_at"`
+	// Duration is the whole invocation as the platform saw it; Queue the
+	// wait for capacity, ColdStart the start of an instance (zero when warm),
+	// Handler the handler's own time as the wrapper measured it.
+	DurationMS  float64 `json:"duration_ms"`
+	QueueMS     float64 `json:"queue_ms"`
+	ColdStart   bool    `json:"cold_start"`
+	ColdStartMS float64 `json:"cold_start_ms"`
+	HandlerMS   float64 `json:"handler_ms"`
+	// StatusCode is the HTTP status the caller got.
+	StatusCode int `json:"status_code"`
+	// Error says why the invocation failed: the handler's exception, a
+	// timeout, a crash; empty on success.
+	Error         string `json:"error,omitempty"`
+	RequestBytes  int64  `json:"request_bytes"`
+	ResponseBytes int64  `json:"response_bytes"`
+	// Logs is what the handler printed (capped by the wrapper); only Get
+	// returns it.
+	Logs string `json:"logs,omitempty"`
+}
+
+// Query selects invocations of one namespace, newest first.
+type Query struct {
+	// Function, when set, selects one function's invocations.
+	Function string
+	// Status is "" (all), "success" (status < 400), "error" (status >= 400)
+	// or one status code such as "504".
+	Status string
+	// TriggerKind and TriggerName, when set, select what caused them.
+	TriggerKind, TriggerName string
+	// Limit is the page size; 0 means 50, at most 500.
+	Limit int
+	// Before is a cursor: the id of the last record of the previous page.
+	Before string
+}
+
+// Ledger records invocations. Implementations are safe for concurrent use.
+type Ledger interface {
+	// Record queues r to be written. It does not wait for the database: writes
+	// are batched off the request path. It blocks only when the write queue
+	// is full, so that no record is dropped; records queued before the
+	// ledger stops are written before Stop returns.
+	Record(r *Record)
+	// List returns a page of records without logs, newest first, and the
+	// cursor of the next page ("" at the end).
+	List(ctx context.Context, namespace string, q Query) ([]*Record, string, error)
+	// Get returns one record with its logs, or ErrNotFound.
+	Get(ctx context.Context, namespace, id string) (*Record, error)
+}
+
+// Request is an invocation made without an HTTP client, by a trigger, a job
+// or the CLI.
+type Request struct {
+	Namespace, Function string
+	// Method and Path default to POST and "/".
+	Method, Path string
+	Header       http.Header
+	Body         []byte
+	// TriggerKind and TriggerName are recorded on the invocation;
+	// TriggerMeta adds fields to the handler's context.trigger (such as a
+	// message's metadata).
+	TriggerKind, TriggerName string
+	TriggerMeta              map[string]any
+}
+
+// Response is the function's answer to a Request.
+type Response struct {
+	InvocationID string
+	StatusCode   int
+	Header       http.Header
+	Body         []byte
+	// Error is the recorded error, empty on success.
+	Error string
+}
+
+// Invoker runs a function once through the same path as /fn: the same
+// instances, limits, timeouts and ledger.
+type Invoker interface {
+	Invoke(ctx context.Context, req Request) (*Response, error)
+}

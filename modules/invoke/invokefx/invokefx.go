@@ -1,0 +1,47 @@
+// Package invokefx provides the invoke module: /fn and the Invoker (proxy),
+// the invocation ledger and its REST API.
+package invokefx
+
+import (
+	"log/slog"
+	"time"
+
+	"go.uber.org/fx"
+	"gorm.io/gorm"
+
+	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/invoke/ledger"
+	"sless.kube5s.ru/sless/modules/invoke/ledgerapi"
+	"sless.kube5s.ru/sless/modules/invoke/proxy"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
+)
+
+// Config configures the invoke module.
+type Config struct {
+	Proxy proxy.Config
+	// Retention is how long invocations are kept; 0 keeps them forever.
+	Retention time.Duration
+}
+
+// Module is the invoke module.
+var Module = fx.Module("invoke",
+	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "invoke") }),
+	fx.Provide(
+		fx.Annotate(ledger.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
+		newLedger,
+		func(c Config) proxy.Config { return c.Proxy },
+		proxy.New,
+		func(p *proxy.Proxy) invoke.Invoker { return p },
+		httpx.AsRoutes(func(p *proxy.Proxy) *proxy.Proxy { return p }),
+		httpx.AsRoutes(ledgerapi.New),
+	),
+)
+
+// newLedger starts the ledger's writer with the module and stops it after
+// the HTTP server drained, so that every answered invocation is written.
+func newLedger(lc fx.Lifecycle, c Config, db *gorm.DB, log *slog.Logger) invoke.Ledger {
+	l := ledger.New(db, ledger.Options{Retention: c.Retention, Log: log})
+	lc.Append(fx.Hook{OnStart: l.Start, OnStop: l.Stop})
+	return l
+}

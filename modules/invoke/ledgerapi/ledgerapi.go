@@ -1,0 +1,128 @@
+// Package ledgerapi serves the invocation ledger's REST API: the
+// invocations of a function or of a namespace, newest first, and one
+// invocation with its logs.
+package ledgerapi
+
+import (
+	"errors"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/internal/validation"
+	"sless.kube5s.ru/sless/modules/invoke"
+)
+
+// maxLimit is the largest page a list call returns (invoke.Query's maximum).
+const maxLimit = 500
+
+// API is the invocations REST API.
+type API struct {
+	ledger invoke.Ledger
+	log    *slog.Logger
+}
+
+// New returns the API.
+func New(ledger invoke.Ledger, log *slog.Logger) *API {
+	return &API{ledger: ledger, log: log}
+}
+
+// Register implements httpx.Routes.
+func (a *API) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
+	g := v1.Group("/namespaces/:ns")
+	g.GET("/functions/:name/invocations", a.handle(a.listFunction))
+	g.GET("/invocations", a.handle(a.listNamespace))
+	g.GET("/invocations/:id", a.handle(a.get))
+}
+
+func (a *API) handle(h httpx.HandlerFunc) gin.HandlerFunc { return httpx.Handle(a.log, h) }
+
+// ListResponse is the body of a list call.
+type ListResponse struct {
+	// Items are the invocations without their logs, newest first.
+	Items []*invoke.Record `json:"items"`
+	// Next, when set, is passed as ?before= to get the next page.
+	Next string `json:"next,omitempty"`
+}
+
+// The query parameters of the list calls: the namespace-wide list also
+// selects a function.
+var (
+	functionParams  = []string{"limit", "before", "status", "trigger_kind", "trigger_name"}
+	namespaceParams = append(slices.Clip(functionParams), "function")
+)
+
+func (a *API) listFunction(c *gin.Context) error {
+	q, err := parseQuery(c, functionParams)
+	if err != nil {
+		return err
+	}
+	q.Function = c.Param("name")
+	return a.list(c, q)
+}
+
+func (a *API) listNamespace(c *gin.Context) error {
+	q, err := parseQuery(c, namespaceParams)
+	if err != nil {
+		return err
+	}
+	q.Function = c.Query("function")
+	return a.list(c, q)
+}
+
+// list answers with a page of q. The ledger checks the values of status,
+// trigger_kind and before: a *validation.Errors, which names the parameter,
+// becomes a 400.
+func (a *API) list(c *gin.Context, q invoke.Query) error {
+	items, next, err := a.ledger.List(c, c.Param("ns"), q)
+	if err != nil {
+		return err
+	}
+	if items == nil {
+		items = []*invoke.Record{}
+	}
+	c.JSON(http.StatusOK, ListResponse{Items: items, Next: next})
+	return nil
+}
+
+// parseQuery reads the list parameters, refusing unknown ones: a misspelt
+// filter would otherwise be ignored and list everything.
+func parseQuery(c *gin.Context, allowed []string) (invoke.Query, error) {
+	errs := &validation.Errors{Resource: "invocation query"}
+	for _, name := range slices.Sorted(maps.Keys(c.Request.URL.Query())) {
+		if !slices.Contains(allowed, name) {
+			errs.Add(name, "is not a parameter of this call; use %s", strings.Join(allowed, ", "))
+		}
+	}
+	q := invoke.Query{
+		Status: c.Query("status"), TriggerKind: c.Query("trigger_kind"), TriggerName: c.Query("trigger_name"),
+		Before: c.Query("before"),
+	}
+	if s, ok := c.GetQuery("limit"); ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxLimit {
+			errs.Add("limit", "must be a number from 1 to %d (got %q)", maxLimit, s)
+		}
+		q.Limit = n
+	}
+	return q, errs.Err()
+}
+
+func (a *API) get(c *gin.Context) error {
+	ns, id := c.Param("ns"), c.Param("id")
+	r, err := a.ledger.Get(c, ns, id)
+	if errors.Is(err, invoke.ErrNotFound) {
+		return httpx.Errorf(http.StatusNotFound, "invocation %q not found in namespace %q", id, ns)
+	}
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, r)
+	return nil
+}

@@ -1,0 +1,273 @@
+// Package proxy is the data plane's front: ANY /fn/{ns}/{name}[/{path}]
+// proxies a client's request to an instance of the function, and the same
+// path serves the Invoker that triggers, jobs and the CLI use. Every
+// invocation is recorded in the ledger.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/wire"
+)
+
+// Config configures the proxy.
+type Config struct {
+	// MaxRequestBytes caps request bodies; default 6 MiB.
+	MaxRequestBytes int64
+	// MaxResultBytes caps the response bodies kept by Invoke; default 6 MiB.
+	MaxResultBytes int
+}
+
+// Proxy serves /fn and implements invoke.Invoker.
+type Proxy struct {
+	cfg      Config
+	executor runtime.Executor
+	store    functions.Store
+	ledger   invoke.Ledger
+	log      *slog.Logger
+}
+
+var _ invoke.Invoker = (*Proxy)(nil)
+
+// New returns the proxy. The store tells an unknown function (404) from one
+// that is not ready (503) when the executor does not run it.
+func New(cfg Config, executor runtime.Executor, store functions.Store, ledger invoke.Ledger, log *slog.Logger) *Proxy {
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = 6 << 20
+	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = 6 << 20
+	}
+	return &Proxy{cfg: cfg, executor: executor, store: store, ledger: ledger, log: log}
+}
+
+// Register implements httpx.Routes.
+func (p *Proxy) Register(v1 *gin.RouterGroup, root *gin.Engine) {
+	root.Any("/fn/:ns/:name", p.serveFn)
+	root.Any("/fn/:ns/:name/*path", p.serveFn)
+	v1.POST("/namespaces/:ns/functions/:name/invoke", p.serveCLI)
+}
+
+// httpTrigger is the X-Sless-Trigger header of /fn invocations.
+var httpTrigger = []byte(`{"kind":"http"}`)
+
+func (p *Proxy) serveFn(c *gin.Context) {
+	ns, name := c.Param("ns"), c.Param("name")
+	// The path below the function, as the client escaped it.
+	path := strings.TrimPrefix(c.Request.URL.EscapedPath(), "/fn/"+ns+"/"+name)
+	if path == "" {
+		path = "/"
+	}
+	if strings.HasPrefix(path, "/_sless/") || path == "/_sless" {
+		writeError(c.Writer, http.StatusNotFound, "paths under /_sless/ are reserved by the platform")
+		return
+	}
+	p.serve(c.Request.Context(), &call{ns: ns, name: name, path: path, r: c.Request, w: c.Writer,
+		kind: invoke.KindHTTP, trigger: httpTrigger})
+}
+
+func (p *Proxy) serveCLI(c *gin.Context) {
+	p.serve(c.Request.Context(), &call{ns: c.Param("ns"), name: c.Param("name"), path: "/", r: c.Request, w: c.Writer,
+		kind: invoke.KindCLI, trigger: []byte(`{"kind":"cli"}`)})
+}
+
+// call is one invocation in flight.
+type call struct {
+	ns, name, path string
+	r              *http.Request
+	w              http.ResponseWriter
+	kind, trigName string
+	trigger        []byte
+}
+
+// Invoke implements invoke.Invoker through the same path as /fn.
+func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Response, error) {
+	method, path := req.Method, req.Path
+	if method == "" {
+		method = http.MethodPost
+	}
+	if path == "" {
+		path = "/"
+	}
+	r, err := http.NewRequestWithContext(ctx, method, "http://fn"+path, bytes.NewReader(req.Body))
+	if err != nil {
+		return nil, fmt.Errorf("invoking %s/%s: %w", req.Namespace, req.Function, err)
+	}
+	for k, vv := range req.Header {
+		r.Header[k] = vv
+	}
+	trigger := map[string]any{}
+	for k, v := range req.TriggerMeta {
+		trigger[k] = v
+	}
+	trigger["kind"] = req.TriggerKind
+	if req.TriggerName != "" {
+		trigger["name"] = req.TriggerName
+	}
+	trigJSON, err := json.Marshal(trigger)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the trigger metadata: %w", err)
+	}
+	out := &wire.ResponseBuffer{Max: p.cfg.MaxResultBytes}
+	rec := p.serve(ctx, &call{ns: req.Namespace, name: req.Function, path: r.URL.EscapedPath(), r: r, w: out,
+		kind: req.TriggerKind, trigName: req.TriggerName, trigger: trigJSON})
+	return &invoke.Response{InvocationID: rec.ID, StatusCode: out.StatusCode, Header: out.Header(),
+		Body: out.Body.Bytes(), Error: rec.Error}, nil
+}
+
+// serve runs one invocation, answers the caller and records it.
+func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
+	start := time.Now()
+	id, _ := uuid.NewV7()
+	rec := &invoke.Record{ID: id.String(), Namespace: c.ns, Function: c.name, TriggerKind: c.kind, TriggerName: c.trigName,
+		Method: c.r.Method, Path: c.path, StartedAt: start.UTC()}
+	c.w.Header().Set("X-Sless-Invocation-Id", rec.ID)
+	p.run(ctx, c, rec, start)
+	rec.DurationMS = ms(time.Since(start))
+	if rec.StatusCode != 0 {
+		p.ledger.Record(rec)
+	}
+	return rec
+}
+
+// run fills rec; a StatusCode of 0 means there was nothing to record (an
+// unknown function).
+func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time.Time) {
+	if c.r.ContentLength > p.cfg.MaxRequestBytes {
+		p.fail(c, rec, http.StatusRequestEntityTooLarge, p.tooLarge())
+		return
+	}
+	lease, err := p.executor.Acquire(ctx, c.ns, c.name)
+	if err != nil {
+		p.acquireFailed(ctx, c, rec, err)
+		return
+	}
+	defer lease.Release()
+	t := lease.Target()
+	cold := lease.ColdStart()
+	rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
+	rec.QueueMS = ms(max(time.Since(start)-cold, 0))
+
+	if c.r.Body != nil {
+		c.r.Body = http.MaxBytesReader(nil, c.r.Body, p.cfg.MaxRequestBytes)
+	}
+	inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
+		BeforeWrite: func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
+	// The upstream exchange is bounded by the deadline, not by the client:
+	// a handler that started runs to its end and its capacity is released
+	// only then.
+	res, err := lease.Do(context.WithoutCancel(ctx), inv, c.w)
+	rec.RequestBytes, rec.ResponseBytes = res.RequestBytes, res.ResponseBytes
+	rec.HandlerMS, rec.Logs, rec.Error = ms(res.Handler), res.Logs, res.Error
+	if err != nil {
+		p.doFailed(c, rec, t, err)
+		return
+	}
+	rec.StatusCode = res.StatusCode
+	if res.Err != nil && rec.Error == "" {
+		rec.Error = "the response was cut short: " + res.Err.Error()
+	}
+}
+
+func (p *Proxy) tooLarge() string {
+	return fmt.Sprintf("the request body exceeds the limit of %s", humanize.IBytes(uint64(p.cfg.MaxRequestBytes)))
+}
+
+// acquireFailed answers when no instance could take the invocation.
+func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, err error) {
+	switch {
+	case errors.Is(err, runtime.ErrNotDeployed):
+		fn, gerr := p.store.Get(ctx, functions.Key{Namespace: c.ns, Name: c.name})
+		if errors.Is(gerr, functions.ErrNotFound) {
+			writeError(c.w, http.StatusNotFound, fmt.Sprintf("function %q not found in namespace %q", c.name, c.ns))
+			return
+		}
+		msg := fmt.Sprintf("function %q is not ready", c.name)
+		if gerr == nil {
+			msg = fmt.Sprintf("function %q is not ready (phase %s", c.name, fn.Status.Phase)
+			if fn.Status.Message != "" {
+				msg += ": " + fn.Status.Message
+			}
+			msg += ")"
+		}
+		p.fail(c, rec, http.StatusServiceUnavailable, msg)
+	case errors.Is(err, runtime.ErrOverloaded):
+		c.w.Header().Set("Retry-After", "1")
+		p.fail(c, rec, http.StatusServiceUnavailable, fmt.Sprintf("function %q is at capacity (max_instances and concurrency reached and the wait queue is full); retry later", c.name))
+	case errors.Is(err, runtime.ErrStart):
+		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+strings.TrimPrefix(err.Error(), runtime.ErrStart.Error()+": "))
+	case ctx.Err() != nil:
+		rec.StatusCode, rec.Error = 499, "the client closed the request while it waited for an instance"
+	default:
+		p.log.Error("acquiring an instance failed", "namespace", c.ns, "function", c.name, "error", err)
+		p.fail(c, rec, http.StatusInternalServerError, "internal error while starting the function; the server log has the details")
+	}
+}
+
+// doFailed answers when the invocation failed before its response started.
+func (p *Proxy) doFailed(c *call, rec *invoke.Record, t *runtime.Target, err error) {
+	var mbe *http.MaxBytesError
+	var be *wire.BodyError
+	switch {
+	case errors.Is(err, runtime.ErrTimeout):
+		p.fail(c, rec, http.StatusGatewayTimeout, fmt.Sprintf("function %q timed out after %s", c.name, t.Timeout))
+	case errors.Is(err, runtime.ErrCrashed):
+		p.fail(c, rec, http.StatusBadGateway, fmt.Sprintf("function %q crashed: %s", c.name, strings.TrimPrefix(err.Error(), runtime.ErrCrashed.Error())))
+	case errors.As(err, &mbe):
+		p.fail(c, rec, http.StatusRequestEntityTooLarge, p.tooLarge())
+	case errors.As(err, &be):
+		p.fail(c, rec, http.StatusBadRequest, "reading the request body failed: "+be.Err.Error())
+	default:
+		p.log.Error("invocation failed", "namespace", c.ns, "function", c.name, "invocation_id", rec.ID, "error", err)
+		p.fail(c, rec, http.StatusInternalServerError, "internal error while invoking the function; the server log has the details")
+	}
+}
+
+// fail answers with a JSON error and records it.
+func (p *Proxy) fail(c *call, rec *invoke.Record, code int, msg string) {
+	rec.StatusCode = code
+	if rec.Error == "" {
+		rec.Error = msg
+	}
+	writeError(c.w, code, msg)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	body, _ := json.Marshal(httpx.ErrorBody{Error: msg})
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	w.Write(body)
+}
+
+// serverTiming formats the Server-Timing header: queue wait, cold start
+// and handler time in milliseconds.
+func serverTiming(rec *invoke.Record, handler time.Duration) string {
+	b := make([]byte, 0, 64)
+	b = append(b, "queue;dur="...)
+	b = strconv.AppendFloat(b, rec.QueueMS, 'f', 3, 64)
+	b = append(b, ", cold;dur="...)
+	b = strconv.AppendFloat(b, rec.ColdStartMS, 'f', 3, 64)
+	b = append(b, ", handler;dur="...)
+	b = strconv.AppendFloat(b, ms(handler), 'f', 3, 64)
+	return string(b)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

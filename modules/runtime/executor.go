@@ -1,0 +1,120 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Errors of Executor.Acquire, returned wrapped.
+var (
+	// ErrNotDeployed: the executor runs no version of the function.
+	ErrNotDeployed = errors.New("function is not deployed")
+	// ErrOverloaded: every instance is busy, no more may start and the wait
+	// queue is full.
+	ErrOverloaded = errors.New("function is overloaded")
+	// ErrStart: an instance could not be started (the handler does not load,
+	// the interpreter is missing). The error's message is for the user.
+	ErrStart = errors.New("function instance failed to start")
+)
+
+// Target is one deployable version of a function: what an executor needs to
+// run its instances.
+type Target struct {
+	Namespace, Name string
+	// Version identifies this version; a Deploy with another Version drains
+	// the instances of the previous one.
+	Version string
+	Runtime string
+	// Artifact is the builder's reference (a directory in the embedded mode).
+	Artifact string
+	Handler  string
+	Env      map[string]string
+	// Timeout bounds one invocation.
+	Timeout time.Duration
+	// MemoryMB limits one instance's memory.
+	MemoryMB int
+	// MinInstances are kept running; MaxInstances are the most that run.
+	MinInstances, MaxInstances int
+	// Concurrency is the most invocations one instance serves at once.
+	Concurrency int
+}
+
+// Executor runs function instances: local processes in the embedded mode,
+// Deployments in the cluster mode. It is safe for concurrent use.
+type Executor interface {
+	// Deploy makes t the serving version of its function. It is idempotent
+	// and returns quickly: instances of an older version are drained in the
+	// background, MinInstances are started in the background.
+	Deploy(ctx context.Context, t Target) error
+	// Undeploy stops serving the function; in-flight invocations finish,
+	// waiting ones fail with ErrNotDeployed. Undeploying an unknown function
+	// is not an error.
+	Undeploy(ctx context.Context, namespace, name string) error
+	// Acquire reserves capacity for one invocation of the function on an
+	// instance, starting one (a cold start) when needed and allowed, or
+	// waiting in a bounded queue. The caller must Release the lease.
+	Acquire(ctx context.Context, namespace, name string) (Lease, error)
+}
+
+// Lease is the right to send one invocation to one instance.
+type Lease interface {
+	// Target is the version the instance runs.
+	Target() *Target
+	// ColdStart is how long starting the instance for this invocation took,
+	// zero when a warm instance was used.
+	ColdStart() time.Duration
+	// Do sends the invocation and writes the instance's response to w (its
+	// status, headers and body; the protocol's X-Sless-* response headers
+	// are consumed, not copied). It returns what the platform records. A
+	// failure before anything was written to w is returned as an error
+	// (ErrTimeout, ErrCrashed); after that, Result.Err says what happened.
+	Do(ctx context.Context, inv *Invocation, w http.ResponseWriter) (Result, error)
+	// Release returns the capacity; call it exactly once, after Do.
+	Release()
+}
+
+// Errors of Lease.Do, returned wrapped.
+var (
+	// ErrTimeout: the invocation's deadline passed; the instance is recycled.
+	ErrTimeout = errors.New("function timed out")
+	// ErrCrashed: the instance closed the connection or exited; it is replaced.
+	ErrCrashed = errors.New("function instance crashed")
+)
+
+// Invocation is one request to a function instance.
+type Invocation struct {
+	// ID is the invocation id.
+	ID string
+	// Request is the client's request: method, path below the function,
+	// query, headers and body. Its context is not used: the deadline is.
+	Request *http.Request
+	// Path is the path below the function ("/" when empty).
+	Path string
+	// Deadline is when the invocation times out.
+	Deadline time.Time
+	// Trigger is the JSON of the X-Sless-Trigger header.
+	Trigger []byte
+	// BeforeWrite, when set, is called with the result so far (status,
+	// handler time, logs, error) after the instance's response headers were
+	// copied into the ResponseWriter and before its WriteHeader, so that the
+	// caller can add headers of its own.
+	BeforeWrite func(res *Result)
+}
+
+// Result is what an instance reported about one invocation.
+type Result struct {
+	StatusCode int
+	// RequestBytes and ResponseBytes count bodies.
+	RequestBytes, ResponseBytes int64
+	// Handler is the time the handler took, as the wrapper measured it.
+	Handler time.Duration
+	// Logs is what the handler printed, as the wrapper captured it.
+	Logs string
+	// Error is "<type>: <message>" when the handler raised.
+	Error string
+	// Err is a failure after the response started (the client went away,
+	// the instance died mid-body).
+	Err error
+}

@@ -1,0 +1,402 @@
+// Package local is the embedded mode's runtime executor: function instances
+// are local processes running the runtime's wrapper, reached over unix
+// sockets.
+//
+// Cold starts are cheap because the interpreter is already running: the
+// executor keeps pre-started generic processes (spares) per runtime, and a
+// cold start only limits a spare's memory and specializes it (replacing its
+// environment, loading the handler). A spare serves exactly one function for
+// its whole life, so nothing leaks between functions. Functions whose env sets
+// variables the interpreter reads only at start (PYTHONPATH, NODE_OPTIONS) get
+// a process started with their env instead.
+//
+// Memory is limited per instance with a memory cgroup where the server may
+// create one, else with RLIMIT_DATA (see memoryLimiter).
+package local
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+)
+
+// Config configures the executor.
+type Config struct {
+	// IdleTimeout stops an instance that served nothing for this long, down
+	// to the function's MinInstances (scale to zero). Default 5m.
+	IdleTimeout time.Duration
+	// Spares is the number of pre-started generic processes kept per runtime
+	// in use. Default 1; 0 turns pre-starting off.
+	Spares int
+	// QueueDepth is the most invocations of one function that wait for
+	// capacity; beyond it Acquire fails with ErrOverloaded. Default 100.
+	QueueDepth int
+	// StartTimeout bounds starting and specializing an instance. Default 30s.
+	StartTimeout time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 5 * time.Minute
+	}
+	if c.Spares < 0 {
+		c.Spares = 0
+	}
+	if c.QueueDepth <= 0 {
+		c.QueueDepth = 100
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 30 * time.Second
+	}
+}
+
+// Runtimes looks up runtime providers; *runtime.Registry implements it.
+type Runtimes interface {
+	Get(name string) (runtime.Provider, error)
+}
+
+// Executor implements runtime.Executor with local processes.
+type Executor struct {
+	cfg      Config
+	runtimes Runtimes
+	log      *slog.Logger
+
+	dir     string // wrappers and sockets, short enough for socket paths
+	nextID  atomic.Uint64
+	baseEnv []string
+	mem     *memoryLimiter
+
+	mu     sync.Mutex
+	pools  map[string]*pool
+	spares map[string]*spares
+	// wrappers maps a runtime to its wrapper file, written once.
+	wrappers map[string]string
+
+	ctx    context.Context // cancelled by Stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ runtime.Executor = (*Executor)(nil)
+
+// New returns a stopped executor.
+func New(cfg Config, runtimes Runtimes, log *slog.Logger) *Executor {
+	cfg.defaults()
+	return &Executor{cfg: cfg, runtimes: runtimes, log: log,
+		pools: map[string]*pool{}, spares: map[string]*spares{}, wrappers: map[string]string{}}
+}
+
+// Start creates the executor's runtime directory and starts the idle reaper.
+func (e *Executor) Start(context.Context) error {
+	dir, err := os.MkdirTemp("", "sless-run-")
+	if err != nil {
+		return fmt.Errorf("creating the instance directory: %w", err)
+	}
+	e.dir = dir
+	e.baseEnv = baseEnv()
+	e.mem = newMemoryLimiter(filepath.Base(dir))
+	e.log.Info("instance memory limits", "mechanism", e.mem.mode)
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.wg.Go(e.reapLoop)
+	return nil
+}
+
+// Stop stops every instance and spare and removes the runtime directory.
+// The HTTP server has drained invocations before.
+func (e *Executor) Stop(ctx context.Context) error {
+	if e.cancel == nil {
+		return nil
+	}
+	e.cancel()
+	e.mu.Lock()
+	pools, spareSets := e.pools, e.spares
+	e.pools, e.spares = map[string]*pool{}, map[string]*spares{}
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range pools {
+		for _, inst := range p.shutdown() {
+			wg.Go(func() { inst.proc.stop(2 * time.Second) })
+		}
+	}
+	for _, s := range spareSets {
+		for _, pr := range s.drain() {
+			wg.Go(func() { pr.stop(2 * time.Second) })
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("stopping instances: %w", ctx.Err())
+	}
+	e.mem.close()
+	return os.RemoveAll(e.dir)
+}
+
+func key(ns, name string) string { return ns + "/" + name }
+
+// Deploy implements runtime.Executor.
+func (e *Executor) Deploy(_ context.Context, t runtime.Target) error {
+	p, err := e.runtimes.Get(t.Runtime)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	pl, ok := e.pools[key(t.Namespace, t.Name)]
+	if !ok {
+		pl = newPool(e, key(t.Namespace, t.Name))
+		e.pools[pl.key] = pl
+	}
+	if e.cfg.Spares > 0 && !readsStartupEnv(p, t.Env) {
+		e.sparesLocked(p).ensure()
+	}
+	e.mu.Unlock()
+	pl.deploy(t)
+	return nil
+}
+
+// Undeploy implements runtime.Executor.
+func (e *Executor) Undeploy(_ context.Context, ns, name string) error {
+	e.mu.Lock()
+	pl, ok := e.pools[key(ns, name)]
+	delete(e.pools, key(ns, name))
+	e.mu.Unlock()
+	if ok {
+		for _, inst := range pl.shutdown() {
+			go inst.proc.stop(2 * time.Second)
+		}
+	}
+	return nil
+}
+
+// Acquire implements runtime.Executor.
+func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease, error) {
+	e.mu.Lock()
+	pl, ok := e.pools[key(ns, name)]
+	e.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
+	}
+	return pl.acquire(ctx)
+}
+
+// startInstance starts a process for t: a specialized spare, or a fresh
+// process when there is none or the function's env must be there at start.
+func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*process, error) {
+	p, err := e.runtimes.Get(t.Runtime)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", runtime.ErrStart, err)
+	}
+	env := e.functionEnv(t)
+	var pr *process
+	if readsStartupEnv(p, t.Env) {
+		pr, err = e.spawn(ctx, p, envList(env))
+	} else {
+		e.mu.Lock()
+		s := e.sparesLocked(p)
+		e.mu.Unlock()
+		pr, err = s.take(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", runtime.ErrStart, err)
+	}
+	if err := pr.specialize(ctx, t, env, e.mem); err != nil {
+		pr.kill()
+		return nil, err
+	}
+	return pr, nil
+}
+
+// spawn starts a generic process of p with env.
+func (e *Executor) spawn(ctx context.Context, p runtime.Provider, env []string) (*process, error) {
+	wrapper, err := e.wrapper(p)
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(e.dir, fmt.Sprintf("i%d.sock", e.nextID.Add(1)))
+	return startProcess(ctx, p, wrapper, sock, env, e.mem, e.log)
+}
+
+// wrapper writes the runtime's wrapper file once and returns its path.
+func (e *Executor) wrapper(p runtime.Provider) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if path, ok := e.wrappers[p.Name()]; ok {
+		return path, nil
+	}
+	name, content := p.Wrapper()
+	dir := filepath.Join(e.dir, "wrappers", p.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		return "", fmt.Errorf("writing the %s wrapper: %w", p.Name(), err)
+	}
+	e.wrappers[p.Name()] = path
+	return path, nil
+}
+
+func (e *Executor) sparesLocked(p runtime.Provider) *spares {
+	s, ok := e.spares[p.Name()]
+	if !ok {
+		s = &spares{e: e, p: p, want: e.cfg.Spares}
+		e.spares[p.Name()] = s
+	}
+	return s
+}
+
+// functionEnv is the complete environment of a function's instances: the
+// base environment, the function's own, and the platform's SLESS_ variables.
+func (e *Executor) functionEnv(t *runtime.Target) map[string]string {
+	env := make(map[string]string, len(e.baseEnv)+len(t.Env)+2)
+	for _, kv := range e.baseEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for k, v := range t.Env {
+		env[k] = v
+	}
+	env["SLESS_FUNCTION"] = t.Name
+	env["SLESS_NAMESPACE"] = t.Namespace
+	return env
+}
+
+// baseEnv is what every instance inherits from the server: enough to find
+// programs and write temporary files, nothing that configures the server.
+func baseEnv() []string {
+	env := []string{"LANG=C.UTF-8"}
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "TZ"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func readsStartupEnv(p runtime.Provider, env map[string]string) bool {
+	r, ok := p.(runtime.StartupEnvReader)
+	if !ok {
+		return false
+	}
+	for k := range env {
+		if r.ReadsAtStartup(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// reapLoop stops idle instances and keeps MinInstances running.
+func (e *Executor) reapLoop() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		e.mu.Lock()
+		pools := make([]*pool, 0, len(e.pools))
+		for _, p := range e.pools {
+			pools = append(pools, p)
+		}
+		e.mu.Unlock()
+		now := time.Now()
+		for _, p := range pools {
+			for _, inst := range p.reap(now, e.cfg.IdleTimeout) {
+				e.log.Debug("stopping idle instance", "function", p.key, "pid", inst.proc.cmd.Process.Pid)
+				go inst.proc.stop(2 * time.Second)
+			}
+		}
+	}
+}
+
+// spares keeps pre-started generic processes of one runtime.
+type spares struct {
+	e    *Executor
+	p    runtime.Provider
+	want int
+
+	mu       sync.Mutex
+	ready    []*process
+	starting int
+	stopped  bool
+}
+
+// ensure starts spares in the background up to want.
+func (s *spares) ensure() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for !s.stopped && len(s.ready)+s.starting < s.want {
+		s.starting++
+		s.e.wg.Go(s.startOne)
+	}
+}
+
+func (s *spares) startOne() {
+	ctx, cancel := context.WithTimeout(s.e.ctx, s.e.cfg.StartTimeout)
+	defer cancel()
+	pr, err := s.e.spawn(ctx, s.p, s.e.baseEnv)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starting--
+	switch {
+	case err != nil:
+		s.e.log.Error("pre-starting an instance failed", "runtime", s.p.Name(), "error", err)
+	case s.stopped:
+		go pr.stop(time.Second)
+	default:
+		s.ready = append(s.ready, pr)
+	}
+}
+
+// take returns a ready spare, or starts a process when none is ready, and
+// starts a replacement in the background.
+func (s *spares) take(ctx context.Context) (*process, error) {
+	s.mu.Lock()
+	var pr *process
+	for len(s.ready) > 0 && pr == nil {
+		pr = s.ready[0]
+		s.ready = s.ready[1:]
+		if pr.exited() {
+			pr = nil
+		}
+	}
+	s.mu.Unlock()
+	s.ensure()
+	if pr != nil {
+		return pr, nil
+	}
+	return s.e.spawn(ctx, s.p, s.e.baseEnv)
+}
+
+// drain stops pre-starting and returns the ready spares.
+func (s *spares) drain() []*process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	ready := s.ready
+	s.ready = nil
+	return ready
+}

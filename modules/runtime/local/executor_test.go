@@ -1,0 +1,275 @@
+package local_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/local"
+	"sless.kube5s.ru/sless/modules/runtime/nodejs"
+	"sless.kube5s.ru/sless/modules/runtime/python"
+	"sless.kube5s.ru/sless/modules/runtime/wire"
+)
+
+func newExecutor(t *testing.T, cfg local.Config) *local.Executor {
+	t.Helper()
+	reg, err := runtime.NewRegistry([]runtime.Provider{python.New(), nodejs.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range reg.Names() {
+		p, _ := reg.Get(name)
+		if _, _, err := p.Interpreter(context.Background()); err != nil {
+			t.Skipf("needs python3.11 and node 20: %v", err)
+		}
+	}
+	e := local.New(cfg, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return e
+}
+
+// code writes a function's files and returns the directory.
+func code(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func target(name, rt, artifact string) runtime.Target {
+	return runtime.Target{Namespace: "default", Name: name, Version: "v1", Runtime: rt, Artifact: artifact,
+		Handler: "handler.handle", Timeout: 5 * time.Second, MemoryMB: 256, MaxInstances: 2, Concurrency: 1}
+}
+
+type response struct {
+	lease  runtime.Lease
+	result runtime.Result
+	body   string
+	err    error
+}
+
+// invoke acquires, sends body and releases.
+func invoke(t *testing.T, e *local.Executor, name, body string) response {
+	t.Helper()
+	lease, err := e.Acquire(context.Background(), "default", name)
+	if err != nil {
+		return response{err: err}
+	}
+	defer lease.Release()
+	req := &http.Request{Method: "POST", URL: &url.URL{Path: "/"}, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
+	var out wire.ResponseBuffer
+	res, err := lease.Do(context.Background(), &runtime.Invocation{ID: "inv-1", Request: req, Path: "/",
+		Deadline: time.Now().Add(lease.Target().Timeout), Trigger: []byte(`{"kind":"http"}`)}, &out)
+	return response{lease: lease, result: res, body: out.Body.String(), err: err}
+}
+
+func TestColdThenWarm(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	for _, rt := range []struct{ runtime, file, src string }{
+		{"python3.11", "handler.py", "import os\ndef handle(event, context):\n    return {'got': event, 'env': os.environ.get('GREETING')}\n"},
+		{"nodejs20", "handler.js", "exports.handle = async (event) => ({got: event, env: process.env.GREETING});\n"},
+	} {
+		t.Run(rt.runtime, func(t *testing.T) {
+			name := "hello-" + strings.ReplaceAll(rt.runtime, ".", "")
+			tg := target(name, rt.runtime, code(t, map[string]string{rt.file: rt.src}))
+			tg.Env = map[string]string{"GREETING": "hi"}
+			if err := e.Deploy(context.Background(), tg); err != nil {
+				t.Fatal(err)
+			}
+			first := invoke(t, e, name, `{"n": 1}`)
+			if first.err != nil || first.result.StatusCode != 200 || first.body != `{"got":{"n":1},"env":"hi"}` {
+				t.Fatalf("first: %+v", first)
+			}
+			if first.lease.ColdStart() <= 0 {
+				t.Error("the first invocation was not a cold start")
+			}
+			second := invoke(t, e, name, `2`)
+			if second.err != nil || second.body != `{"got":2,"env":"hi"}` || second.lease.ColdStart() != 0 {
+				t.Errorf("second: %+v, cold %v; want a warm answer", second, second.lease.ColdStart())
+			}
+		})
+	}
+}
+
+func TestEnvIsExactlyTheFunctions(t *testing.T) {
+	t.Setenv("SLESS_SERVER_SECRET", "must-not-leak")
+	e := newExecutor(t, local.Config{})
+	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return sorted(os.environ)\n"})
+	tg := target("env", "python3.11", dir)
+	tg.Env = map[string]string{"ONLY_MINE": "1"}
+	e.Deploy(context.Background(), tg)
+	r := invoke(t, e, "env", "")
+	if r.err != nil || strings.Contains(r.body, "SLESS_SERVER_SECRET") || !strings.Contains(r.body, "ONLY_MINE") || !strings.Contains(r.body, "SLESS_FUNCTION") {
+		t.Errorf("env: %s %v; want ONLY_MINE and SLESS_FUNCTION, not the server's variables", r.body, r.err)
+	}
+	// A variable the interpreter reads at start is honoured (no spare).
+	dir2 := code(t, map[string]string{"handler.py": "import sys\ndef handle(event, context):\n    return '/extra' in sys.path\n", "extra": ""})
+	tg2 := target("startup-env", "python3.11", dir2)
+	tg2.Env = map[string]string{"PYTHONPATH": "/extra"}
+	e.Deploy(context.Background(), tg2)
+	if r := invoke(t, e, "startup-env", ""); r.err != nil || r.body != "true" {
+		t.Errorf("PYTHONPATH: %s %v; want true", r.body, r.err)
+	}
+}
+
+func TestConcurrencyLimitsAndQueue(t *testing.T) {
+	e := newExecutor(t, local.Config{QueueDepth: 2})
+	dir := code(t, map[string]string{"handler.py": "import time\ndef handle(event, context):\n    time.sleep(0.3)\n    return 'ok'\n"})
+	tg := target("slow", "python3.11", dir)
+	tg.MaxInstances = 1
+	e.Deploy(context.Background(), tg)
+	invoke(t, e, "slow", "") // start the instance
+
+	var wg sync.WaitGroup
+	results := make(chan response, 5)
+	for range 5 {
+		wg.Go(func() { results <- invoke(t, e, "slow", "") })
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	close(results)
+	ok, overloaded := 0, 0
+	for r := range results {
+		switch {
+		case r.err == nil && r.body == `"ok"`:
+			ok++
+		case errors.Is(r.err, runtime.ErrOverloaded):
+			overloaded++
+		default:
+			t.Errorf("unexpected result %+v", r)
+		}
+	}
+	// One runs, two wait in the queue, two find it full.
+	if ok != 3 || overloaded != 2 {
+		t.Errorf("got %d answered and %d overloaded; want 3 and 2", ok, overloaded)
+	}
+}
+
+func TestTimeoutAndCrashRecycle(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	dir := code(t, map[string]string{"handler.py": `import os, time
+def handle(event, context):
+    if event == "hang":
+        time.sleep(60)
+    if event == "exit":
+        os._exit(3)
+    return os.getpid()
+`})
+	tg := target("flaky", "python3.11", dir)
+	tg.Timeout = 500 * time.Millisecond
+	e.Deploy(context.Background(), tg)
+	pid := invoke(t, e, "flaky", `"pid"`).body
+
+	if r := invoke(t, e, "flaky", `"hang"`); !errors.Is(r.err, runtime.ErrTimeout) {
+		t.Errorf("hang: %+v; want ErrTimeout", r)
+	}
+	after := invoke(t, e, "flaky", `"pid"`)
+	if after.err != nil || after.body == pid {
+		t.Errorf("after a timeout: %+v; want a new instance (old pid %s)", after, pid)
+	}
+	r := invoke(t, e, "flaky", `"exit"`)
+	if !errors.Is(r.err, runtime.ErrCrashed) || !strings.Contains(r.err.Error(), "exit status 3") {
+		t.Errorf("exit: %v; want ErrCrashed naming exit status 3", r.err)
+	}
+	if again := invoke(t, e, "flaky", `"pid"`); again.err != nil || again.result.StatusCode != 200 {
+		t.Errorf("after a crash: %+v (%v)", again, again.err)
+	}
+}
+
+func TestBadHandlerFailsToStart(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	dir := code(t, map[string]string{"handler.py": "import no_such_module\n"})
+	e.Deploy(context.Background(), target("broken", "python3.11", dir))
+	r := invoke(t, e, "broken", "")
+	if !errors.Is(r.err, runtime.ErrStart) || !strings.Contains(r.err.Error(), "no_such_module") {
+		t.Errorf("got %v; want ErrStart naming the missing module", r.err)
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	dir := code(t, map[string]string{"handler.py": "def handle(event, context):\n    return len(bytearray(event << 20))\n"})
+	tg := target("hungry", "python3.11", dir)
+	tg.MemoryMB = 64
+	e.Deploy(context.Background(), tg)
+	if r := invoke(t, e, "hungry", "8"); r.err != nil || r.body != "8388608" {
+		t.Errorf("8 MiB: %+v", r)
+	}
+	// A memory cgroup kills the process; RLIMIT_DATA fails the allocation.
+	r := invoke(t, e, "hungry", "200")
+	killed := errors.Is(r.err, runtime.ErrCrashed) && strings.Contains(r.err.Error(), "more memory than memory_mb allows")
+	refused := r.err == nil && r.result.StatusCode == 500 && strings.Contains(r.result.Error, "MemoryError")
+	if !killed && !refused {
+		t.Errorf("200 MiB in a 64 MiB function: %+v (%v); want an out-of-memory kill or a MemoryError", r, r.err)
+	}
+	if r := invoke(t, e, "hungry", "1"); r.err != nil || r.body != "1048576" {
+		t.Errorf("after running out of memory: %+v", r)
+	}
+}
+
+func TestScaleToZeroAndMinInstances(t *testing.T) {
+	e := newExecutor(t, local.Config{IdleTimeout: 500 * time.Millisecond})
+	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
+	e.Deploy(context.Background(), target("idle", "python3.11", dir))
+	warm := target("warm", "python3.11", dir)
+	warm.MinInstances = 1
+	e.Deploy(context.Background(), warm)
+	first := invoke(t, e, "idle", "")
+	// Longer than the idle timeout plus the reaper's period.
+	time.Sleep(2 * time.Second)
+	if r := invoke(t, e, "idle", ""); r.err != nil || r.lease.ColdStart() == 0 || r.body == first.body {
+		if r.err != nil {
+			t.Fatalf("after idling: %v", r.err)
+		}
+		t.Errorf("after idling: %+v, cold %v; want a new instance (old pid %s)", r, r.lease.ColdStart(), first.body)
+	}
+	if r := invoke(t, e, "warm", ""); r.err != nil || r.lease.ColdStart() != 0 {
+		if r.err != nil {
+			t.Fatalf("warm: %v", r.err)
+		}
+		t.Errorf("min_instances=1: %+v, cold %v; want a warm instance", r, r.lease.ColdStart())
+	}
+}
+
+func TestNewVersionDrainsOld(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	v1 := code(t, map[string]string{"handler.py": "def handle(e, c):\n    return 'v1'\n"})
+	v2 := code(t, map[string]string{"handler.py": "def handle(e, c):\n    return 'v2'\n"})
+	tg := target("versioned", "python3.11", v1)
+	e.Deploy(context.Background(), tg)
+	if r := invoke(t, e, "versioned", ""); r.body != `"v1"` {
+		t.Fatalf("v1: %+v", r)
+	}
+	tg.Version, tg.Artifact = "v2", v2
+	e.Deploy(context.Background(), tg)
+	if r := invoke(t, e, "versioned", ""); r.body != `"v2"` {
+		t.Errorf("after deploying v2: %+v", r)
+	}
+	e.Undeploy(context.Background(), "default", "versioned")
+	if _, err := e.Acquire(context.Background(), "default", "versioned"); !errors.Is(err, runtime.ErrNotDeployed) {
+		t.Errorf("after Undeploy: %v; want ErrNotDeployed", err)
+	}
+}

@@ -1,0 +1,242 @@
+package local
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// memoryLimiter enforces memory_mb on instance processes with the best
+// mechanism the machine allows:
+//
+//   - a memory cgroup per instance (cgroup v2, or the v1 memory hierarchy),
+//     when the server's own cgroup is writable: the limit counts what the
+//     process really uses, and exceeding it gets the process killed, which
+//     the platform reports as running out of memory;
+//   - otherwise RLIMIT_DATA, which counts reserved private memory: an
+//     allocation beyond it fails (Python: MemoryError). Reserved thread stacks
+//     count too, so each concurrent invocation is granted 8 MiB more.
+type memoryLimiter struct {
+	// mode names the mechanism, for the start-up log.
+	mode string
+	// parent holds the instances' cgroups; empty in rlimit mode.
+	parent string
+	v2     bool
+}
+
+// threadStack is what RLIMIT_DATA grants per concurrent invocation for the
+// stack a wrapper thread reserves.
+const threadStack = 8 << 20
+
+// newMemoryLimiter finds a writable memory cgroup below the server's own and
+// creates the parent of the instances' cgroups there, or falls back to
+// RLIMIT_DATA.
+func newMemoryLimiter(name string) *memoryLimiter {
+	for _, find := range []func() (string, bool, error){cgroupV2Dir, cgroupV1Dir} {
+		dir, v2, err := find()
+		if err != nil {
+			continue
+		}
+		parent := filepath.Join(dir, name)
+		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if v2 {
+			// Children get the memory controller only when the parent
+			// delegates it.
+			if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory"), 0o644); err != nil {
+				os.Remove(parent)
+				continue
+			}
+		}
+		mode := "cgroup v1"
+		if v2 {
+			mode = "cgroup v2"
+		}
+		return &memoryLimiter{mode: mode + " " + parent, parent: parent, v2: v2}
+	}
+	return &memoryLimiter{mode: "RLIMIT_DATA (no writable memory cgroup)"}
+}
+
+// memCgroup is one instance's cgroup; nil in rlimit mode.
+type memCgroup struct {
+	dir string
+	v2  bool
+}
+
+// attach moves the process pid into a new cgroup of its own, without a limit
+// yet. It runs when a process starts, off the cold-start path: creating and
+// entering a memory cgroup takes milliseconds, setting its limit does not.
+func (m *memoryLimiter) attach(pid int, id string) (*memCgroup, error) {
+	if m.parent == "" {
+		return nil, nil
+	}
+	cg := &memCgroup{dir: filepath.Join(m.parent, id), v2: m.v2}
+	if err := os.Mkdir(cg.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the memory cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(cg.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		cg.remove()
+		return nil, fmt.Errorf("moving process %d into its memory cgroup: %w", pid, err)
+	}
+	return cg, nil
+}
+
+// limit confines the process pid, attached to cg, to limitMB.
+func (m *memoryLimiter) limit(cg *memCgroup, pid, limitMB, concurrency int) error {
+	bytes := int64(limitMB) << 20
+	if cg == nil {
+		lim := uint64(bytes) + uint64(concurrency)*threadStack
+		if err := unix.Prlimit(pid, unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: lim}, nil); err != nil {
+			return fmt.Errorf("limiting the memory of process %d: %w", pid, err)
+		}
+		return nil
+	}
+	// The limit is required; swap accounting may be compiled out. What the
+	// process allocated before it was attached stays charged to the parent.
+	type setting struct {
+		name, value string
+		required    bool
+	}
+	files := []setting{{"memory.max", fmt.Sprint(bytes), true}, {"memory.swap.max", "0", false}}
+	if !cg.v2 {
+		files = []setting{{"memory.limit_in_bytes", fmt.Sprint(bytes), true}, {"memory.memsw.limit_in_bytes", fmt.Sprint(bytes), false}}
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(cg.dir, f.name), []byte(f.value), 0o644); err != nil && f.required {
+			return fmt.Errorf("setting %s of process %d: %w", f.name, pid, err)
+		}
+	}
+	return nil
+}
+
+// oomKilled reports whether the kernel killed a process of the cgroup for
+// exceeding its limit.
+func (cg *memCgroup) oomKilled() bool {
+	if cg == nil {
+		return false
+	}
+	file := "memory.oom_control"
+	if cg.v2 {
+		file = "memory.events"
+	}
+	data, err := os.ReadFile(filepath.Join(cg.dir, file))
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if n, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			return strings.TrimSpace(n) != "0"
+		}
+	}
+	return false
+}
+
+// remove deletes the cgroup once its processes are gone.
+func (cg *memCgroup) remove() {
+	if cg == nil {
+		return
+	}
+	for range 20 {
+		if err := os.Remove(cg.dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// close removes the parent cgroup.
+func (m *memoryLimiter) close() {
+	if m.parent != "" {
+		os.Remove(m.parent)
+	}
+}
+
+// cgroupV2Dir returns the server's own cgroup v2 directory when it offers the
+// memory controller.
+func cgroupV2Dir() (string, bool, error) {
+	rel, err := selfCgroup(func(controllers string) bool { return controllers == "" })
+	if err != nil {
+		return "", false, err
+	}
+	mount, root, err := cgroupMount(func(fstype, opts string) bool { return fstype == "cgroup2" })
+	if err != nil {
+		return "", false, err
+	}
+	dir := filepath.Join(mount, strings.TrimPrefix(rel, root))
+	ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil || !strings.Contains(" "+string(ctrl)+" ", " memory ") {
+		return "", false, errors.New("no memory controller in the cgroup v2 hierarchy")
+	}
+	return dir, true, nil
+}
+
+// cgroupV1Dir returns the server's own directory in the v1 memory hierarchy.
+func cgroupV1Dir() (string, bool, error) {
+	rel, err := selfCgroup(func(controllers string) bool { return hasWord(controllers, "memory") })
+	if err != nil {
+		return "", false, err
+	}
+	mount, root, err := cgroupMount(func(fstype, opts string) bool { return fstype == "cgroup" && hasWord(opts, "memory") })
+	if err != nil {
+		return "", false, err
+	}
+	return filepath.Join(mount, strings.TrimPrefix(rel, root)), false, nil
+}
+
+func hasWord(list, word string) bool {
+	for w := range strings.SplitSeq(list, ",") {
+		if w == word {
+			return true
+		}
+	}
+	return false
+}
+
+// selfCgroup returns the path in /proc/self/cgroup of the hierarchy whose
+// controller list matches.
+func selfCgroup(match func(controllers string) bool) (string, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) == 3 && match(parts[1]) {
+			return parts[2], nil
+		}
+	}
+	return "", errors.New("no such cgroup hierarchy")
+}
+
+// cgroupMount returns the mount point and mounted root of the cgroup
+// filesystem that matches, from /proc/self/mountinfo.
+func cgroupMount(match func(fstype, opts string) bool) (mount, root string, err error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory"
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		a, b := strings.Fields(pre), strings.Fields(post)
+		if len(a) >= 5 && len(b) >= 3 && match(b[0], b[2]) {
+			return a[4], a[3], nil
+		}
+	}
+	return "", "", errors.New("no such cgroup mount")
+}

@@ -1,0 +1,345 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+)
+
+// instance is a specialized process serving one version of a function.
+type instance struct {
+	proc    *process
+	version string
+	target  *runtime.Target // the version it was started for
+	// Guarded by the pool's mutex:
+	inflight int
+	lastUsed time.Time
+	gone     bool // removed from the pool; stop when idle
+	// coldStart is reported by the first lease only.
+	coldStart time.Duration
+}
+
+// waiter is an Acquire waiting for capacity.
+type waiter struct {
+	ch chan grant
+}
+
+// grant hands a waiter an instance (with inflight already counted) or an error.
+type grant struct {
+	inst *instance
+	err  error
+}
+
+// pool holds the instances of one function.
+type pool struct {
+	e   *Executor
+	key string
+
+	mu        sync.Mutex
+	target    *runtime.Target
+	instances []*instance // serving the current version, oldest first
+	starting  int
+	waiters   []*waiter
+	removed   bool
+}
+
+func newPool(e *Executor, key string) *pool { return &pool{e: e, key: key} }
+
+// deploy makes t the current version. Settings that do not need new
+// processes (limits, timeout) apply in place; anything else drains the
+// instances of the old version: they take no new invocations and stop when
+// their last one finishes.
+func (p *pool) deploy(t runtime.Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var stop []*instance
+	if p.target == nil || p.target.Version != t.Version {
+		for _, inst := range p.instances {
+			inst.gone = true
+			if inst.inflight == 0 {
+				stop = append(stop, inst)
+			}
+		}
+		p.instances = nil
+	}
+	p.target = &t
+	p.dispatchLocked()
+	p.ensureMinLocked()
+	for _, inst := range stop {
+		go inst.proc.stop(2 * time.Second)
+	}
+}
+
+// shutdown removes the pool: waiters fail, idle instances are returned to be
+// stopped, busy ones stop when released.
+func (p *pool) shutdown() []*instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.removed = true
+	for _, w := range p.waiters {
+		w.ch <- grant{err: fmt.Errorf("%s: %w", p.key, runtime.ErrNotDeployed)}
+	}
+	p.waiters = nil
+	var idle []*instance
+	for _, inst := range p.instances {
+		inst.gone = true
+		if inst.inflight == 0 {
+			idle = append(idle, inst)
+		}
+	}
+	p.instances = nil
+	return idle
+}
+
+// acquire returns a lease on an instance with spare capacity, starting an
+// instance or queueing when there is none.
+func (p *pool) acquire(ctx context.Context) (runtime.Lease, error) {
+	p.mu.Lock()
+	if p.removed {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("%s: %w", p.key, runtime.ErrNotDeployed)
+	}
+	if inst := p.pickLocked(); inst != nil {
+		inst.inflight++
+		p.mu.Unlock()
+		return p.lease(inst), nil
+	}
+	if n := len(p.waiters); n >= p.e.cfg.QueueDepth {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("%s: %d invocations are waiting already: %w", p.key, n, runtime.ErrOverloaded)
+	}
+	w := &waiter{ch: make(chan grant, 1)}
+	p.waiters = append(p.waiters, w)
+	p.dispatchLocked()
+	maxWait := p.target.Timeout
+	p.mu.Unlock()
+
+	// Waiting for capacity is bounded like the invocation itself.
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	var cause error
+	select {
+	case g := <-w.ch:
+		if g.err != nil {
+			return nil, g.err
+		}
+		return p.lease(g.inst), nil
+	case <-ctx.Done():
+		cause = context.Cause(ctx)
+	case <-timer.C:
+		cause = fmt.Errorf("%s: no instance became free within %s: %w", p.key, maxWait, runtime.ErrOverloaded)
+	}
+	p.mu.Lock()
+	if i := slices.Index(p.waiters, w); i >= 0 {
+		p.waiters = slices.Delete(p.waiters, i, i+1)
+		p.mu.Unlock()
+		return nil, cause
+	}
+	p.mu.Unlock()
+	// Granted meanwhile: give the capacity back.
+	if g := <-w.ch; g.inst != nil {
+		p.release(g.inst)
+	}
+	return nil, cause
+}
+
+// pickLocked returns the oldest instance with spare capacity, so that load
+// concentrates on few instances and the others can go idle.
+func (p *pool) pickLocked() *instance {
+	for _, inst := range p.instances {
+		if inst.inflight < p.target.Concurrency && !inst.proc.exited() {
+			return inst
+		}
+	}
+	return nil
+}
+
+// dispatchLocked hands capacity to waiters, and starts instances for the
+// waiters that the instances being started will not cover.
+func (p *pool) dispatchLocked() {
+	if p.removed {
+		return
+	}
+	for len(p.waiters) > 0 {
+		inst := p.pickLocked()
+		if inst == nil {
+			break
+		}
+		inst.inflight++
+		p.waiters[0].ch <- grant{inst: inst}
+		p.waiters = p.waiters[1:]
+	}
+	for len(p.waiters) > p.starting*p.target.Concurrency && len(p.instances)+p.starting < p.target.MaxInstances {
+		p.startLocked()
+	}
+}
+
+// ensureMinLocked starts instances up to MinInstances.
+func (p *pool) ensureMinLocked() {
+	for !p.removed && len(p.instances)+p.starting < p.target.MinInstances {
+		p.startLocked()
+	}
+}
+
+// startLocked starts an instance of the current version in the background.
+func (p *pool) startLocked() {
+	p.starting++
+	t := p.target
+	p.e.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(p.e.ctx, p.e.cfg.StartTimeout)
+		defer cancel()
+		start := time.Now()
+		pr, err := p.e.startInstance(ctx, t)
+		p.started(t, pr, time.Since(start), err)
+	})
+}
+
+// started adds a started instance, or reports a failed start to the waiters
+// when nothing else can serve them.
+func (p *pool) started(t *runtime.Target, pr *process, took time.Duration, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.starting--
+	if err != nil {
+		p.e.log.Error("starting an instance failed", "function", p.key, "error", err)
+		if len(p.instances) == 0 && p.starting == 0 {
+			for _, w := range p.waiters {
+				w.ch <- grant{err: err}
+			}
+			p.waiters = nil
+		}
+		return
+	}
+	if p.removed || t.Version != p.target.Version {
+		go pr.stop(time.Second)
+		p.dispatchLocked()
+		return
+	}
+	inst := &instance{proc: pr, version: t.Version, target: t, lastUsed: time.Now()}
+	if len(p.waiters) > 0 {
+		// Started on demand: the invocation it serves first waited for it.
+		inst.coldStart = took
+	}
+	p.instances = append(p.instances, inst)
+	p.e.wg.Go(func() { p.watch(inst) })
+	p.dispatchLocked()
+}
+
+// watch removes an instance from the pool when its process exits.
+func (p *pool) watch(inst *instance) {
+	select {
+	case <-inst.proc.done:
+	case <-p.e.ctx.Done():
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.removeLocked(inst)
+	p.dispatchLocked()
+	p.ensureMinLocked()
+}
+
+func (p *pool) removeLocked(inst *instance) {
+	inst.gone = true
+	if i := slices.Index(p.instances, inst); i >= 0 {
+		p.instances = slices.Delete(p.instances, i, i+1)
+	}
+}
+
+// release returns one invocation's capacity.
+func (p *pool) release(inst *instance) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	inst.inflight--
+	inst.lastUsed = time.Now()
+	if inst.gone {
+		if inst.inflight == 0 {
+			go inst.proc.stop(2 * time.Second)
+		}
+		return
+	}
+	p.dispatchLocked()
+}
+
+// recycle kills an instance that timed out or misbehaved; its process exit
+// removes it from the pool.
+func (p *pool) recycle(inst *instance) {
+	p.mu.Lock()
+	p.removeLocked(inst)
+	p.mu.Unlock()
+	inst.proc.kill()
+}
+
+// reap removes instances idle for longer than idle, keeping MinInstances,
+// and returns them to be stopped.
+func (p *pool) reap(now time.Time, idle time.Duration) []*instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.target == nil {
+		return nil
+	}
+	var out []*instance
+	// Newest first: the oldest instances take the load (pickLocked).
+	for i := len(p.instances) - 1; i >= 0 && len(p.instances) > p.target.MinInstances; i-- {
+		inst := p.instances[i]
+		if inst.inflight == 0 && now.Sub(inst.lastUsed) >= idle {
+			p.removeLocked(inst)
+			out = append(out, inst)
+		}
+	}
+	p.ensureMinLocked()
+	return out
+}
+
+func (p *pool) lease(inst *instance) *lease {
+	p.mu.Lock()
+	cold := inst.coldStart
+	inst.coldStart = 0
+	t := inst.target
+	if p.target.Version == inst.version {
+		t = p.target // limits and timeout changed in place
+	}
+	p.mu.Unlock()
+	return &lease{pool: p, inst: inst, target: t, cold: cold}
+}
+
+// lease implements runtime.Lease.
+type lease struct {
+	pool   *pool
+	inst   *instance
+	target *runtime.Target
+	cold   time.Duration
+}
+
+func (l *lease) Target() *runtime.Target  { return l.target }
+func (l *lease) ColdStart() time.Duration { return l.cold }
+func (l *lease) Release()                 { l.pool.release(l.inst) }
+
+// Do implements runtime.Lease: a timeout recycles the instance (its handler
+// is still running), a crash reports how the process ended.
+func (l *lease) Do(ctx context.Context, inv *runtime.Invocation, w http.ResponseWriter) (runtime.Result, error) {
+	res, err := l.inst.proc.client.Do(ctx, inv, w)
+	switch {
+	case errors.Is(err, runtime.ErrTimeout):
+		l.pool.recycle(l.inst)
+	case errors.Is(err, runtime.ErrCrashed), errors.Is(res.Err, runtime.ErrCrashed):
+		// No new invocation may pick it; wait briefly for the exit status,
+		// to say why.
+		l.pool.recycle(l.inst)
+		select {
+		case <-l.inst.proc.done:
+			err = fmt.Errorf("%w (%s)", runtime.ErrCrashed, l.inst.proc.exitReason())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if res.Err != nil {
+			res.Err, err = err, nil
+		}
+	}
+	return res, err
+}

@@ -1,0 +1,255 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/wire"
+)
+
+// process is one running wrapper: generic until specialized.
+type process struct {
+	runtime string
+	cmd     *exec.Cmd
+	sock    string
+	client  *wire.Client
+	// done is closed when the process has exited; exitErr and oom are
+	// then set.
+	done    chan struct{}
+	exitErr error
+	oom     bool
+	log     *lineLogger
+	// cgroup is the process's memory cgroup, nil when memory is limited
+	// with RLIMIT_DATA.
+	cgroup atomic.Pointer[memCgroup]
+}
+
+// startProcess starts a wrapper of runtime p listening on the socket sock,
+// attaches it to a memory cgroup of its own and waits until it is ready.
+func startProcess(ctx context.Context, p runtime.Provider, wrapper, sock string, env []string, mem *memoryLimiter, log *slog.Logger) (*process, error) {
+	interp, args, err := p.Interpreter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	readR, readW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer readR.Close()
+	lw := newLineLogger(log.With("runtime", p.Name()))
+	cmd := exec.Command(interp, append(args, wrapper, "--listen", "unix:"+sock, "--ready-fd", "3")...)
+	cmd.Env = env
+	cmd.Dir = filepath.Dir(sock)
+	cmd.ExtraFiles = []*os.File{readW}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	// Own process group: signals to the server's group (a terminal's ^C)
+	// do not reach instances; Pdeathsig: instances die with the server.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		readW.Close()
+		return nil, fmt.Errorf("starting %s: %w", interp, err)
+	}
+	readW.Close()
+	pr := &process{runtime: p.Name(), cmd: cmd, sock: sock, client: wire.NewClient(wire.UnixDialer(sock)), done: make(chan struct{}), log: lw}
+	// Attached before the exit watcher starts, so that the watcher removes
+	// the cgroup whenever the process ends.
+	cg, err := mem.attach(cmd.Process.Pid, strings.TrimSuffix(filepath.Base(sock), ".sock"))
+	if err != nil {
+		pr.kill()
+		cmd.Wait()
+		return nil, err
+	}
+	pr.cgroup.Store(cg)
+	go func() {
+		pr.exitErr = cmd.Wait()
+		lw.Flush()
+		pr.client.Close()
+		os.Remove(sock)
+		cg := pr.cgroup.Load()
+		pr.oom = cg.oomKilled()
+		cg.remove()
+		close(pr.done)
+	}()
+	if err := pr.waitReady(ctx, readR); err != nil {
+		pr.kill()
+		return nil, err
+	}
+	return pr, nil
+}
+
+// waitReady waits for the wrapper's "ready" line on the ready pipe.
+func (pr *process) waitReady(ctx context.Context, r *os.File) error {
+	line := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 16)
+		n, err := io.ReadAtLeast(r, buf, len("ready\n"))
+		if err == nil && string(buf[:n]) != "ready\n" {
+			err = fmt.Errorf("unexpected %q on the ready pipe", buf[:n])
+		}
+		line <- err
+	}()
+	select {
+	case err := <-line:
+		if err != nil {
+			<-pr.done
+			return fmt.Errorf("the %s wrapper exited before it was ready (%v): %w", pr.runtime, pr.exitErr, pr.log.lastOutput(err))
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the %s wrapper was not ready in time: %w", pr.runtime, context.Cause(ctx))
+	}
+}
+
+// specializeRequest is the body of /_sless/specialize.
+type specializeRequest struct {
+	CodeDir     string            `json:"code_dir"`
+	Handler     string            `json:"handler"`
+	Env         map[string]string `json:"env"`
+	Function    string            `json:"function"`
+	Namespace   string            `json:"namespace"`
+	Concurrency int               `json:"concurrency"`
+}
+
+// specialize loads the function's handler into the generic process after
+// limiting its memory.
+func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[string]string, mem *memoryLimiter) error {
+	if t.MemoryMB > 0 {
+		if err := mem.limit(pr.cgroup.Load(), pr.cmd.Process.Pid, t.MemoryMB, t.Concurrency); err != nil {
+			return err
+		}
+	}
+	body, _ := json.Marshal(specializeRequest{CodeDir: t.Artifact, Handler: t.Handler, Env: env,
+		Function: t.Name, Namespace: t.Namespace, Concurrency: t.Concurrency})
+	status, resp, err := pr.client.Call(ctx, "POST", "/_sless/specialize", body)
+	if err != nil {
+		return fmt.Errorf("specializing instance %d: %w", pr.cmd.Process.Pid, err)
+	}
+	if status != 200 {
+		var e struct{ Error, Type, Logs string }
+		json.Unmarshal(resp, &e)
+		msg := strings.TrimSpace(e.Type + ": " + e.Error)
+		if e.Type == "" {
+			msg = fmt.Sprintf("HTTP %d %s", status, bytes.TrimSpace(resp))
+		}
+		return fmt.Errorf("%w: the handler %q could not be loaded: %s", runtime.ErrStart, t.Handler, msg)
+	}
+	pr.log.setLogger(pr.log.base().With("namespace", t.Namespace, "function", t.Name))
+	return nil
+}
+
+// exited reports whether the process has exited.
+func (pr *process) exited() bool {
+	select {
+	case <-pr.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill stops the process group at once.
+func (pr *process) kill() {
+	syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// stop asks the process to exit and kills it after grace.
+func (pr *process) stop(grace time.Duration) {
+	syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-pr.done:
+	case <-time.After(grace):
+		pr.kill()
+		<-pr.done
+	}
+}
+
+// exitReason describes how the process ended, for crash messages.
+func (pr *process) exitReason() string {
+	if pr.oom {
+		return "killed for using more memory than memory_mb allows"
+	}
+	var ee *exec.ExitError
+	if errors.As(pr.exitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by signal " + ws.Signal().String()
+		}
+		return fmt.Sprintf("exit status %d", ee.ExitCode())
+	}
+	if pr.exitErr != nil {
+		return pr.exitErr.Error()
+	}
+	return "exit status 0"
+}
+
+// lineLogger logs a process's output line by line and remembers the last
+// lines for error messages.
+type lineLogger struct {
+	logger atomic.Pointer[slog.Logger]
+	buf    []byte
+	last   []string
+}
+
+func newLineLogger(l *slog.Logger) *lineLogger {
+	lw := &lineLogger{}
+	lw.logger.Store(l)
+	return lw
+}
+
+func (l *lineLogger) base() *slog.Logger         { return l.logger.Load() }
+func (l *lineLogger) setLogger(log *slog.Logger) { l.logger.Store(log) }
+
+// Write is called by one goroutine per stream (exec's copiers); stdout and
+// stderr share a writer, so exec serializes them.
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.emit(string(l.buf[:i]))
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 16<<10 {
+		l.emit(string(l.buf))
+		l.buf = l.buf[:0]
+	}
+	return len(p), nil
+}
+
+// Flush logs an unterminated last line.
+func (l *lineLogger) Flush() {
+	if len(l.buf) > 0 {
+		l.emit(string(l.buf))
+		l.buf = nil
+	}
+}
+
+func (l *lineLogger) emit(line string) {
+	l.logger.Load().Info("instance output", "line", line)
+	l.last = append(l.last, line)
+	if len(l.last) > 5 {
+		l.last = l.last[1:]
+	}
+}
+
+// lastOutput adds the process's last output lines to err.
+func (l *lineLogger) lastOutput(err error) error {
+	if len(l.last) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; its last output: %s", err, strings.Join(l.last, " | "))
+}

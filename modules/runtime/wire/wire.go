@@ -1,0 +1,437 @@
+// Package wire is the platform's side of the instance protocol
+// (../PROTOCOL.md): a client that sends invocations to one instance over
+// keep-alive HTTP/1.1 connections and streams the answers to a
+// http.ResponseWriter. Executors of both modes use it: over a unix socket to a
+// local process, over TCP to a Service.
+//
+// It is written for the /fn hot path instead of using net/http's Transport:
+// no goroutines per connection, no request or response objects, one pooled
+// copy buffer, headers written straight into the client's response.
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+)
+
+// Client talks to one instance. It is safe for concurrent use; each
+// invocation uses a connection of its own, reused afterwards.
+type Client struct {
+	dial func(ctx context.Context) (net.Conn, error)
+
+	mu     sync.Mutex
+	idle   []*conn
+	closed bool
+}
+
+// NewClient returns a client that opens connections with dial.
+func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
+	return &Client{dial: dial}
+}
+
+// UnixDialer dials the unix socket at path.
+func UnixDialer(path string) func(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", path) }
+}
+
+type conn struct {
+	net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+const bufSize = 16 << 10
+
+func (c *Client) get(ctx context.Context) (*conn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: instance stopped", runtime.ErrCrashed)
+	}
+	if n := len(c.idle); n > 0 {
+		cn := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return cn, nil
+	}
+	c.mu.Unlock()
+	nc, err := c.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: connecting to the instance: %v", runtime.ErrCrashed, err)
+	}
+	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, bufSize), bw: bufio.NewWriterSize(nc, bufSize)}, nil
+}
+
+func (c *Client) put(cn *conn) {
+	c.mu.Lock()
+	if !c.closed {
+		c.idle = append(c.idle, cn)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	cn.Close()
+}
+
+// Close closes the idle connections and refuses new invocations.
+func (c *Client) Close() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	for _, cn := range idle {
+		cn.Close()
+	}
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// BodyError is a failure to read the client's request body (it was too large
+// or the client went away); the invocation was not completed.
+type BodyError struct{ Err error }
+
+func (e *BodyError) Error() string { return "reading the request body: " + e.Err.Error() }
+func (e *BodyError) Unwrap() error { return e.Err }
+
+// Do sends inv and writes the instance's response to w. See runtime.Lease.
+func (c *Client) Do(ctx context.Context, inv *runtime.Invocation, w http.ResponseWriter) (runtime.Result, error) {
+	cn, err := c.get(ctx)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	cn.SetDeadline(inv.Deadline)
+	res, reusable, err := roundTrip(cn, inv, w)
+	if err != nil || !reusable {
+		cn.Close()
+		return res, err
+	}
+	cn.SetDeadline(time.Time{})
+	c.put(cn)
+	return res, nil
+}
+
+// roundTrip writes the request and streams the response. reusable reports
+// that the connection is at the start of the next response.
+func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res runtime.Result, reusable bool, err error) {
+	n, err := writeRequest(cn.bw, inv)
+	res.RequestBytes = n
+	if err != nil {
+		return res, false, err
+	}
+	head, err := readHead(cn.br, w.Header())
+	if err != nil {
+		return res, false, connErr("reading the response", err)
+	}
+	res.StatusCode, res.Logs, res.Error, res.Handler = head.status, head.logs, head.handlerError, head.handler
+	if inv.BeforeWrite != nil {
+		inv.BeforeWrite(&res)
+	}
+	w.WriteHeader(head.status)
+	body, reusable := bodyReader(cn.br, head)
+	buf := copyBufs.Get().(*[]byte)
+	written, copyErr := io.CopyBuffer(writerOnly{w}, body, *buf)
+	copyBufs.Put(buf)
+	res.ResponseBytes = written
+	if copyErr != nil {
+		// The status is out: report the failure in the result.
+		res.Err = copyErr
+		return res, false, nil
+	}
+	if head.contentLength >= 0 && written != head.contentLength {
+		res.Err = fmt.Errorf("%w: response body ended after %d of %d bytes", runtime.ErrCrashed, written, head.contentLength)
+		return res, false, nil
+	}
+	return res, reusable && !head.close, nil
+}
+
+// writerOnly hides optional interfaces (io.ReaderFrom) so that CopyBuffer
+// uses the pooled buffer.
+type writerOnly struct{ io.Writer }
+
+// hopHeaders are connection-level headers that a proxy does not forward.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
+	"Upgrade": true, "Content-Length": true, "Host": true,
+}
+
+// ProtocolHeaderPrefix starts the headers of the instance protocol, which
+// clients may neither send nor receive.
+const ProtocolHeaderPrefix = "X-Sless-"
+
+func skipHeader(k string) bool {
+	return hopHeaders[k] || (len(k) >= len(ProtocolHeaderPrefix) && strings.EqualFold(k[:len(ProtocolHeaderPrefix)], ProtocolHeaderPrefix))
+}
+
+func writeRequest(bw *bufio.Writer, inv *runtime.Invocation) (int64, error) {
+	r := inv.Request
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	bw.WriteString(inv.Path)
+	if r.URL.RawQuery != "" {
+		bw.WriteByte('?')
+		bw.WriteString(r.URL.RawQuery)
+	}
+	bw.WriteString(" HTTP/1.1\r\nHost: instance\r\n")
+	for k, vv := range r.Header {
+		if skipHeader(k) {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	bw.WriteString("X-Sless-Invocation-Id: ")
+	bw.WriteString(inv.ID)
+	bw.WriteString("\r\nX-Sless-Deadline: ")
+	var num [20]byte
+	bw.Write(strconv.AppendInt(num[:0], inv.Deadline.UnixMilli(), 10))
+	bw.WriteString("\r\nX-Sless-Trigger: ")
+	bw.Write(inv.Trigger)
+	bw.WriteString("\r\n")
+
+	body := r.Body
+	if body == nil || body == http.NoBody || r.ContentLength == 0 {
+		bw.WriteString("Content-Length: 0\r\n\r\n")
+		return 0, connErr("sending the request", bw.Flush())
+	}
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	if r.ContentLength > 0 {
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
+		bw.WriteString("\r\n\r\n")
+		n, err := copyBody(bw, io.LimitReader(body, r.ContentLength), *buf)
+		if err == nil && n < r.ContentLength {
+			err = &BodyError{io.ErrUnexpectedEOF}
+		}
+		if err != nil {
+			return n, err
+		}
+		return n, connErr("sending the request", bw.Flush())
+	}
+	bw.WriteString("Transfer-Encoding: chunked\r\n\r\n")
+	cw := httputil.NewChunkedWriter(bw)
+	n, err := copyBody(cw, body, *buf)
+	if err != nil {
+		return n, err
+	}
+	if err := cw.Close(); err != nil {
+		return n, connErr("sending the request", err)
+	}
+	bw.WriteString("\r\n")
+	return n, connErr("sending the request", bw.Flush())
+}
+
+// copyBody copies the client's body to the instance, telling a client-side
+// failure (BodyError) from an instance-side one.
+func copyBody(dst io.Writer, src io.Reader, buf []byte) (int64, error) {
+	var n int64
+	for {
+		nr, rerr := src.Read(buf)
+		if nr > 0 {
+			nw, werr := dst.Write(buf[:nr])
+			n += int64(nw)
+			if werr != nil {
+				return n, connErr("sending the request body", werr)
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, &BodyError{rerr}
+		}
+	}
+}
+
+// connErr classifies a connection failure: the deadline passing is a
+// timeout, anything else means the instance is gone.
+func connErr(doing string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w (%s)", runtime.ErrTimeout, doing)
+	}
+	return fmt.Errorf("%w: %s: %v", runtime.ErrCrashed, doing, err)
+}
+
+type head struct {
+	status        int
+	contentLength int64 // -1: unknown
+	chunked       bool
+	close         bool
+	logs          string
+	handlerError  string
+	handler       time.Duration
+}
+
+// readHead parses the status line and headers, copying the headers a client
+// may see into dst.
+func readHead(br *bufio.Reader, dst http.Header) (head, error) {
+	h := head{contentLength: -1}
+	line, err := readLine(br)
+	if err != nil {
+		return h, err
+	}
+	// "HTTP/1.1 200 OK"
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
+		return h, fmt.Errorf("malformed status line %q", line)
+	}
+	h.status, err = strconv.Atoi(string(line[9:12]))
+	if err != nil || h.status < 100 || h.status > 999 {
+		return h, fmt.Errorf("malformed status line %q", line)
+	}
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			return h, err
+		}
+		if len(line) == 0 {
+			return h, nil
+		}
+		i := bytes.IndexByte(line, ':')
+		if i <= 0 {
+			return h, fmt.Errorf("malformed header line %q", line)
+		}
+		key := http.CanonicalHeaderKey(string(line[:i]))
+		value := string(bytes.TrimSpace(line[i+1:]))
+		switch key {
+		case "Content-Length":
+			h.contentLength, err = strconv.ParseInt(value, 10, 64)
+			if err != nil || h.contentLength < 0 {
+				return h, fmt.Errorf("malformed Content-Length %q", value)
+			}
+		case "Transfer-Encoding":
+			h.chunked = strings.EqualFold(value, "chunked")
+		case "Connection":
+			h.close = strings.EqualFold(value, "close")
+		case "X-Sless-Logs":
+			h.logs = decodeJSONString(value)
+		case "X-Sless-Error":
+			h.handlerError = decodeJSONString(value)
+		case "X-Sless-Handler-Us":
+			if us, err := strconv.ParseInt(value, 10, 64); err == nil {
+				h.handler = time.Duration(us) * time.Microsecond
+			}
+		default:
+			if !skipHeader(key) {
+				dst[key] = append(dst[key], value)
+			}
+		}
+	}
+}
+
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		return nil, errors.New("response header line too long")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(line, "\r\n"), nil
+}
+
+func decodeJSONString(v string) string {
+	var s string
+	if json.Unmarshal([]byte(v), &s) != nil {
+		return v
+	}
+	return s
+}
+
+// bodyReader returns the response body and whether the connection can carry
+// another response after it.
+func bodyReader(br *bufio.Reader, h head) (io.Reader, bool) {
+	switch {
+	case h.status == http.StatusNoContent || h.status == http.StatusNotModified || h.status < 200:
+		return bytes.NewReader(nil), true
+	case h.chunked:
+		return httputil.NewChunkedReader(br), true
+	case h.contentLength >= 0:
+		return io.LimitReader(br, h.contentLength), true
+	}
+	return br, false // delimited by closing the connection
+}
+
+// ResponseBuffer is an http.ResponseWriter that keeps the response in
+// memory, for control calls and for invocations made without an HTTP client.
+type ResponseBuffer struct {
+	header http.Header
+	// StatusCode is the written status; 0 before WriteHeader.
+	StatusCode int
+	// Body is the written body.
+	Body bytes.Buffer
+	// Max caps Body; writes beyond it fail. 0 means no cap.
+	Max int
+}
+
+// ErrResponseTooLarge is returned by ResponseBuffer.Write beyond Max.
+var ErrResponseTooLarge = errors.New("response exceeds the buffer limit")
+
+// Header implements http.ResponseWriter.
+func (b *ResponseBuffer) Header() http.Header {
+	if b.header == nil {
+		b.header = http.Header{}
+	}
+	return b.header
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (b *ResponseBuffer) WriteHeader(code int) {
+	if b.StatusCode == 0 {
+		b.StatusCode = code
+	}
+}
+
+// Write implements http.ResponseWriter.
+func (b *ResponseBuffer) Write(p []byte) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	if b.Max > 0 && b.Body.Len()+len(p) > b.Max {
+		n := b.Max - b.Body.Len()
+		b.Body.Write(p[:n])
+		return n, ErrResponseTooLarge
+	}
+	return b.Body.Write(p)
+}
+
+// Call makes a control request (such as /_sless/specialize) with a JSON body
+// and returns the status and body of the answer.
+func (c *Client) Call(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Minute)
+	}
+	req := &http.Request{
+		Method: method, URL: &url.URL{Path: path}, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
+	}
+	var out ResponseBuffer
+	_, err := c.Do(ctx, &runtime.Invocation{Request: req, Path: path, Deadline: deadline, Trigger: []byte("{}")}, &out)
+	if err != nil {
+		return 0, nil, err
+	}
+	return out.StatusCode, out.Body.Bytes(), nil
+}
