@@ -83,7 +83,7 @@ func run() error {
 	fmt.Fprintf(&report, "Measured %s on %s (%d CPUs), wrk %s per run.\n\n", time.Now().Format("2006-01-02"), hostname(), goruntime.NumCPU(), *duration)
 	fmt.Fprintln(&report, "| runtime | connections | direct req/s | /fn req/s | ratio | direct p50 | /fn p50 | added p50 | direct p99 | /fn p99 |")
 	fmt.Fprintln(&report, "|---|---|---|---|---|---|---|---|---|---|")
-	var coldRows []string
+	var coldRows, defaultRows []string
 	for _, rc := range cases {
 		fn := "hello-" + strings.ReplaceAll(rc.name, ".", "")
 		logf("deploying %s", fn)
@@ -118,6 +118,21 @@ func run() error {
 		}
 		stop()
 
+		logf("%s: default settings", rc.name)
+		dflt := fn + "-defaults"
+		if err := srv.cli("deploy", rc.example, "--name", dflt, "--runtime", rc.name); err != nil {
+			return err
+		}
+		dURL := srv.endpoint + "/fn/default/" + dflt
+		if _, err := wrk(dURL, 32, 2*time.Second); err != nil {
+			return err
+		}
+		dl, err := wrk(dURL, 32, *duration)
+		if err != nil {
+			return err
+		}
+		defaultRows = append(defaultRows, fmt.Sprintf("| %s | %.0f | %s | %s |", rc.name, dl.rps, msStr(dl.p50), msStr(dl.p99)))
+
 		logf("%s: cold starts", rc.name)
 		cold, err := coldStarts(fnURL, *coldSamples)
 		if err != nil {
@@ -129,6 +144,13 @@ func run() error {
 		}
 		coldRows = append(coldRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %.2fx |", rc.name, msStr(pct(cold, 50)), msStr(pct(cold, 99)),
 			msStr(pct(bare, 50)), strings.Join(rc.bareCmd(), " "), float64(pct(cold, 50))/float64(pct(bare, 50))))
+	}
+	fmt.Fprintln(&report, "\nThrough /fn with the default settings (concurrency 1, max_instances 10: up to 10 processes), 32 connections:")
+	fmt.Fprintln(&report)
+	fmt.Fprintln(&report, "| runtime | /fn req/s | p50 | p99 |")
+	fmt.Fprintln(&report, "|---|---|---|---|")
+	for _, r := range defaultRows {
+		fmt.Fprintln(&report, r)
 	}
 	fmt.Fprintln(&report, "\nCold start: the first request through /fn after the function scaled to zero, end to end, next to a bare interpreter start.")
 	fmt.Fprintln(&report)

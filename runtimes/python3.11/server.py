@@ -370,17 +370,29 @@ class _WorkerPool:
         self._jobs = queue.SimpleQueue()
         self._finished = deque()
         self._wakeup_pending = False
-        for i in range(size):
-            threading.Thread(target=self._work, name=f"sless-handler-{i}", daemon=True).start()
+        # Threads start on demand, up to size: starting them all at once would make the
+        # first invocation of a cold instance wait for dozens of thread starts.
+        self._size = size
+        self._threads = 0  # changed on the loop thread only
+        self._idle = 0  # workers waiting for a job
+        self._idle_lock = threading.Lock()
 
     def submit(self, fn, args, deliver, *deliver_args):
         """Runs fn(*args) on a worker, in a copy of the current context, then calls
         deliver(*deliver_args, result) on the loop with what fn returned or raised."""
         self._jobs.put((contextvars.copy_context(), fn, args, deliver, deliver_args))
+        if self._threads < self._size and self._idle < self._jobs.qsize():
+            threading.Thread(target=self._work, name=f"sless-handler-{self._threads}", daemon=True).start()
+            self._threads += 1
 
     def _work(self):
         while True:
-            context, fn, args, deliver, deliver_args = self._jobs.get()
+            with self._idle_lock:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._idle_lock:
+                self._idle -= 1
+            context, fn, args, deliver, deliver_args = job
             try:
                 result = context.run(fn, *args)
             except BaseException as exc:  # SystemExit included: the loop decides what it means
