@@ -28,6 +28,7 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/storage"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
+	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
 )
 
 // StopTimeout bounds a graceful shutdown: draining requests and builds.
@@ -58,12 +59,14 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 			},
 			runtimefx.Config{Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth}},
 			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes}, Retention: c.InvocationRetention},
+			triggersfx.Config{Workers: 4},
 		),
 		storagefx.Module,
 		runtimefx.Module,
 		buildfx.Module,
 		functionsfx.Module,
 		invokefx.Module,
+		triggersfx.Module,
 		fx.Provide(server.New),
 		fx.Invoke(func(*server.Server) {}),
 		fx.Options(plugins...),

@@ -81,6 +81,8 @@ func newRoot(plugins []fx.Option) *cobra.Command {
 		newInvokeCmd(g),
 		newInvocationsCmd(g),
 		newLogsCmd(g),
+		newTriggerCmd(g),
+		newJobCmd(g),
 		newVersionCmd(),
 	)
 	return root

@@ -14,6 +14,7 @@ import (
 
 	"sless.kube5s.ru/sless/client"
 	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/triggers"
 )
 
 type deployFlags struct {
@@ -22,6 +23,7 @@ type deployFlags struct {
 	spec   functions.Spec
 	wait   time.Duration
 	noWait bool
+	http   bool
 }
 
 func newDeployCmd(g *globals) *cobra.Command {
@@ -50,6 +52,7 @@ takes its default, also when the function had another value before.`,
 	fl.IntVar(&f.spec.Concurrency, "concurrency", 0, fmt.Sprintf("concurrent invocations per instance (default %d)", functions.DefaultConcurrency))
 	fl.DurationVar(&f.wait, "wait", 10*time.Minute, "how long to wait for the build")
 	fl.BoolVar(&f.noWait, "no-wait", false, "return after the upload without waiting for the build")
+	fl.BoolVar(&f.http, "http", true, "expose the function on /fn with an http trigger of the same name, unless it has one")
 	cmd.MarkFlagRequired("name")
 	cmd.MarkFlagRequired("runtime")
 	return cmd
@@ -86,6 +89,11 @@ func deploy(ctx context.Context, g *globals, f *deployFlags, dir string, stdout,
 		}
 		fmt.Fprintf(stderr, "updated function %s/%s\n", ns, f.name)
 	}
+	if f.http {
+		if err := ensureHTTPTrigger(ctx, c, ns, f.name, stderr); err != nil {
+			return err
+		}
+	}
 	uploaded, err := c.UploadCode(ctx, ns, f.name, zip)
 	if err != nil {
 		return err
@@ -113,6 +121,26 @@ func deploy(ctx context.Context, g *globals, f *deployFlags, dir string, stdout,
 	}
 	fmt.Fprintf(stderr, "ready in %s\n", since(start))
 	return printFunctionResult(g, stdout, settled, c)
+}
+
+// ensureHTTPTrigger creates an http trigger named after the function unless
+// the function has an http trigger already.
+func ensureHTTPTrigger(ctx context.Context, c *client.Client, ns, name string, stderr io.Writer) error {
+	ts, err := c.ListTriggers(ctx, ns)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if t.Function == name && t.Type == triggers.TypeHTTP {
+			return nil
+		}
+	}
+	if _, err := c.CreateTrigger(ctx, &triggers.Trigger{Name: name, Namespace: ns,
+		Spec: triggers.Spec{Function: name, Type: triggers.TypeHTTP}}); err != nil {
+		return fmt.Errorf("exposing the function on /fn: %w", err)
+	}
+	fmt.Fprintf(stderr, "created http trigger %s/%s\n", ns, name)
+	return nil
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

@@ -174,26 +174,7 @@ func (c *Client) GetFunction(ctx context.Context, ns, name string) (*functions.F
 
 // ListFunctions returns every function of a namespace, following pages.
 func (c *Client) ListFunctions(ctx context.Context, ns string) ([]*functions.Function, error) {
-	var all []*functions.Function
-	after := ""
-	for {
-		var page struct {
-			Items    []*functions.Function `json:"items"`
-			Continue string                `json:"continue"`
-		}
-		path := fnPath(ns, "") + "?limit=" + fmt.Sprint(functions.MaxPageSize)
-		if after != "" {
-			path += "&continue=" + url.QueryEscape(after)
-		}
-		if err := c.doJSON(ctx, http.MethodGet, path, nil, &page); err != nil {
-			return nil, err
-		}
-		all = append(all, page.Items...)
-		if page.Continue == "" {
-			return all, nil
-		}
-		after = page.Continue
-	}
+	return listAll[*functions.Function](ctx, c, fnPath(ns, ""))
 }
 
 // DeleteFunction deletes a function.

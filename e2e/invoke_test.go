@@ -154,6 +154,7 @@ func TestInvoke(t *testing.T) {
 			t.Errorf("unknown: %d %s", code, body)
 		}
 		s.api("POST", "/v1/namespaces/default/functions", "application/json", []byte(`{"name": "empty", "runtime": "python3.11"}`))
+		s.api("POST", "/v1/namespaces/default/triggers", "application/json", []byte(`{"name": "empty", "function": "empty", "type": "http"}`))
 		if code, _, body := s.post("/fn/default/empty", `{}`); code != 503 || !strings.Contains(body, "Pending") {
 			t.Errorf("no code yet: %d %s; want 503 naming the phase", code, body)
 		}
@@ -212,6 +213,7 @@ type record struct {
 	Error       string  `json:"error"`
 	ColdStart   bool    `json:"cold_start"`
 	DurationMS  float64 `json:"duration_ms"`
+	StartedAt   string  `json:"started_at"`
 }
 
 // waitInvocation polls for a record, which the ledger writes shortly after

@@ -139,6 +139,12 @@ type ChangeNotifier interface {
 	Changed(key Key)
 }
 
+// Suspension tells whether a function is switched off for HTTP traffic (it
+// has http triggers and all are disabled), which scales it to zero in place.
+type Suspension interface {
+	Suspended(ctx context.Context, key Key) (bool, error)
+}
+
 // NotifierFunc adapts a function to ChangeNotifier.
 type NotifierFunc func(Key)
 

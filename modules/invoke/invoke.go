@@ -88,6 +88,10 @@ type Ledger interface {
 // or the CLI.
 type Request struct {
 	Namespace, Function string
+	// InvocationID, when set, is the id the invocation gets (a job records
+	// it before the run, to find the run in the ledger after a restart);
+	// otherwise a new one.
+	InvocationID string
 	// Method and Path default to POST and "/".
 	Method, Path string
 	Header       http.Header
@@ -107,6 +111,13 @@ type Response struct {
 	Body         []byte
 	// Error is the recorded error, empty on success.
 	Error string
+}
+
+// Exposure decides which functions /fn serves: those with an enabled http
+// trigger. Implementations answer from memory; the proxy asks on every
+// request.
+type Exposure interface {
+	Exposed(namespace, function string) bool
 }
 
 // Invoker runs a function once through the same path as /fn: the same

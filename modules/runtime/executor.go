@@ -39,6 +39,10 @@ type Target struct {
 	MinInstances, MaxInstances int
 	// Concurrency is the most invocations one instance serves at once.
 	Concurrency int
+	// Suspended scales the function to zero in place: idle instances stop
+	// now and none are kept warm (MinInstances is ignored). Invocations that
+	// still arrive (jobs, other triggers) start instances as usual.
+	Suspended bool
 }
 
 // Executor runs function instances: local processes in the embedded mode,
@@ -56,6 +60,10 @@ type Executor interface {
 	// instance, starting one (a cold start) when needed and allowed, or
 	// waiting in a bounded queue. The caller must Release the lease.
 	Acquire(ctx context.Context, namespace, name string) (Lease, error)
+	// Warm starts an instance of the function in the background unless one
+	// is free or starting, so that an invocation expected soon finds it warm.
+	// It fails with ErrNotDeployed for a function that is not deployed.
+	Warm(ctx context.Context, namespace, name string) error
 }
 
 // Lease is the right to send one invocation to one instance.
@@ -70,6 +78,8 @@ type Lease interface {
 	// are consumed, not copied). It returns what the platform records. A
 	// failure before anything was written to w is returned as an error
 	// (ErrTimeout, ErrCrashed); after that, Result.Err says what happened.
+	// Cancelling ctx ends the invocation as its deadline does (the handler
+	// may still be running, so its instance is recycled).
 	Do(ctx context.Context, inv *Invocation, w http.ResponseWriter) (Result, error)
 	// Release returns the capacity; call it exactly once, after Do.
 	Release()

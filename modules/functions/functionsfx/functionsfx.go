@@ -50,8 +50,9 @@ func newStore(db *gorm.DB) *fnstore.Store { return fnstore.New(db) }
 // Controller is the embedded driver of the function reconciler.
 type Controller = controller.Controller[functions.Key]
 
-func newController(lc fx.Lifecycle, c Config, store functions.Store, builder build.Builder, executor runtime.Executor, log *slog.Logger) (*Controller, functions.ChangeNotifier) {
-	rec := reconcile.New(store, builder, executor, c.BuildTimeout, log)
+func newController(lc fx.Lifecycle, c Config, store functions.Store, builder build.Builder, executor runtime.Executor,
+	suspension functions.Suspension, log *slog.Logger) (*Controller, functions.ChangeNotifier) {
+	rec := reconcile.New(store, builder, executor, suspension, c.BuildTimeout, log)
 	ctrl := controller.New("functions", rec.Reconcile, store.Keys, c.Workers, log)
 	lc.Append(fx.Hook{OnStart: ctrl.Start, OnStop: ctrl.Stop})
 	return ctrl, functions.NotifierFunc(ctrl.Enqueue)

@@ -23,6 +23,11 @@ import (
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
 )
 
+// notSuspended stands in for the triggers module, which decides suspension.
+type notSuspended struct{}
+
+func (notSuspended) Suspended(context.Context, functions.Key) (bool, error) { return false, nil }
+
 // TestModuleReconcilesChanges wires the functions module with the modules it
 // needs and checks that a change told to the notifier is built to Ready.
 func TestModuleReconcilesChanges(t *testing.T) {
@@ -45,6 +50,7 @@ func TestModuleReconcilesChanges(t *testing.T) {
 			runtimefx.Config{},
 			fx.Annotate(blobs, fx.As(new(storage.Blobs))),
 		),
+		fx.Provide(func() functions.Suspension { return notSuspended{} }),
 		fx.Populate(&store, &notifier),
 	)
 	app.RequireStart()

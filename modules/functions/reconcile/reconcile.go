@@ -26,13 +26,15 @@ type Reconciler struct {
 	store        functions.Store
 	builder      build.Builder
 	executor     runtime.Executor
+	suspension   functions.Suspension
 	buildTimeout time.Duration
 	log          *slog.Logger
 }
 
 // New returns a reconciler. buildTimeout bounds one build.
-func New(store functions.Store, builder build.Builder, executor runtime.Executor, buildTimeout time.Duration, log *slog.Logger) *Reconciler {
-	return &Reconciler{store: store, builder: builder, executor: executor, buildTimeout: buildTimeout, log: log}
+func New(store functions.Store, builder build.Builder, executor runtime.Executor, suspension functions.Suspension,
+	buildTimeout time.Duration, log *slog.Logger) *Reconciler {
+	return &Reconciler{store: store, builder: builder, executor: executor, suspension: suspension, buildTimeout: buildTimeout, log: log}
 }
 
 // Reconcile brings one function to its desired state. It is level-based and
@@ -56,7 +58,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controll
 	// Deploy before publishing Ready: a client that sees Ready reaches the
 	// new version.
 	if st.Artifact != "" {
-		if err := r.executor.Deploy(ctx, Target(fn, st.Artifact)); err != nil {
+		t := Target(fn, st.Artifact)
+		if t.Suspended, err = r.suspension.Suspended(ctx, key); err != nil {
+			return controller.Result{}, err
+		}
+		if err := r.executor.Deploy(ctx, t); err != nil {
 			return controller.Result{}, fmt.Errorf("deploying %s: %w", key, err)
 		}
 	} else if err := r.executor.Undeploy(ctx, key.Namespace, key.Name); err != nil {

@@ -66,6 +66,17 @@ func (e *fakeExecutor) Acquire(context.Context, string, string) (runtime.Lease, 
 	return nil, runtime.ErrNotDeployed
 }
 
+func (e *fakeExecutor) Warm(context.Context, string, string) error { return nil }
+
+// fakeSuspension suspends the functions in its set.
+type fakeSuspension map[functions.Key]bool
+
+func (s fakeSuspension) Suspended(_ context.Context, key functions.Key) (bool, error) {
+	return s[key], nil
+}
+
+var suspended fakeSuspension
+
 func (e *fakeExecutor) get(key functions.Key) (runtime.Target, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -94,7 +105,8 @@ func setup(t *testing.T) (*fnstore.Store, *fakeBuilder, *reconcile.Reconciler, f
 	}
 	b := &fakeBuilder{}
 	executor = &fakeExecutor{deployed: map[string]runtime.Target{}}
-	return store, b, reconcile.New(store, b, executor, time.Minute, log), fn.Key()
+	suspended = fakeSuspension{}
+	return store, b, reconcile.New(store, b, executor, suspended, time.Minute, log), fn.Key()
 }
 
 func reconcileAndGet(t *testing.T, store *fnstore.Store, r *reconcile.Reconciler, key functions.Key) *functions.Function {
@@ -230,6 +242,22 @@ func TestDeletedFunctionIsUndeployed(t *testing.T) {
 	}
 	if _, ok := executor.get(key); ok {
 		t.Error("a deleted function is still deployed")
+	}
+}
+
+func TestSuspendedFunctionIsDeployedSuspended(t *testing.T) {
+	store, _, r, key := setup(t)
+	if _, err := store.SetCode(context.Background(), key, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	suspended[key] = true
+	reconcileAndGet(t, store, r, key)
+	first, _ := executor.get(key)
+	suspended[key] = false
+	reconcileAndGet(t, store, r, key)
+	second, _ := executor.get(key)
+	if !first.Suspended || second.Suspended || first.Version != second.Version {
+		t.Errorf("suspended %t then %t, versions %s and %s; want true then false, same version", first.Suspended, second.Suspended, first.Version, second.Version)
 	}
 }
 

@@ -59,28 +59,28 @@ var (
 )
 
 func (a *API) listFunction(c *gin.Context) error {
-	q, err := parseQuery(c, functionParams)
+	q, err := ParseQuery(c, functionParams)
 	if err != nil {
 		return err
 	}
 	q.Function = c.Param("name")
-	return a.list(c, q)
+	return WriteList(c, a.ledger, q)
 }
 
 func (a *API) listNamespace(c *gin.Context) error {
-	q, err := parseQuery(c, namespaceParams)
+	q, err := ParseQuery(c, namespaceParams)
 	if err != nil {
 		return err
 	}
 	q.Function = c.Query("function")
-	return a.list(c, q)
+	return WriteList(c, a.ledger, q)
 }
 
-// list answers with a page of q. The ledger checks the values of status,
-// trigger_kind and before: a *validation.Errors, which names the parameter,
-// becomes a 400.
-func (a *API) list(c *gin.Context, q invoke.Query) error {
-	items, next, err := a.ledger.List(c, c.Param("ns"), q)
+// WriteList answers with a page of q in the namespace of the URL's :ns. The
+// ledger checks the values of status, trigger_kind and before: a
+// *validation.Errors, which names the parameter, becomes a 400.
+func WriteList(c *gin.Context, ledger invoke.Ledger, q invoke.Query) error {
+	items, next, err := ledger.List(c, c.Param("ns"), q)
 	if err != nil {
 		return err
 	}
@@ -91,9 +91,9 @@ func (a *API) list(c *gin.Context, q invoke.Query) error {
 	return nil
 }
 
-// parseQuery reads the list parameters, refusing unknown ones: a misspelt
-// filter would otherwise be ignored and list everything.
-func parseQuery(c *gin.Context, allowed []string) (invoke.Query, error) {
+// ParseQuery reads the list parameters, refusing any not in allowed: a
+// misspelt filter would otherwise be ignored and list everything.
+func ParseQuery(c *gin.Context, allowed []string) (invoke.Query, error) {
 	errs := &validation.Errors{Resource: "invocation query"}
 	for _, name := range slices.Sorted(maps.Keys(c.Request.URL.Query())) {
 		if !slices.Contains(allowed, name) {

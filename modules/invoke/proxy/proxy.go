@@ -41,21 +41,23 @@ type Proxy struct {
 	executor runtime.Executor
 	store    functions.Store
 	ledger   invoke.Ledger
+	exposure invoke.Exposure
 	log      *slog.Logger
 }
 
 var _ invoke.Invoker = (*Proxy)(nil)
 
-// New returns the proxy. The store tells an unknown function (404) from one
-// that is not ready (503) when the executor does not run it.
-func New(cfg Config, executor runtime.Executor, store functions.Store, ledger invoke.Ledger, log *slog.Logger) *Proxy {
+// New returns the proxy. /fn serves the functions exposure allows; the store
+// tells an unknown function (404) from one that is not ready (503) when the
+// executor does not run it.
+func New(cfg Config, executor runtime.Executor, store functions.Store, ledger invoke.Ledger, exposure invoke.Exposure, log *slog.Logger) *Proxy {
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = 6 << 20
 	}
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = 6 << 20
 	}
-	return &Proxy{cfg: cfg, executor: executor, store: store, ledger: ledger, log: log}
+	return &Proxy{cfg: cfg, executor: executor, store: store, ledger: ledger, exposure: exposure, log: log}
 }
 
 // Register implements httpx.Routes.
@@ -79,6 +81,10 @@ func (p *Proxy) serveFn(c *gin.Context) {
 		writeError(c.Writer, http.StatusNotFound, "paths under /_sless/ are reserved by the platform")
 		return
 	}
+	if !p.exposure.Exposed(ns, name) {
+		p.notExposed(c, ns, name)
+		return
+	}
 	p.serve(c.Request.Context(), &call{ns: ns, name: name, path: path, r: c.Request, w: c.Writer,
 		kind: invoke.KindHTTP, trigger: httpTrigger})
 }
@@ -88,6 +94,15 @@ func (p *Proxy) serveCLI(c *gin.Context) {
 		kind: invoke.KindCLI, trigger: []byte(`{"kind":"cli"}`)})
 }
 
+// notExposed answers /fn for a function without an enabled http trigger.
+func (p *Proxy) notExposed(c *gin.Context, ns, name string) {
+	if _, err := p.store.Get(c, functions.Key{Namespace: ns, Name: name}); errors.Is(err, functions.ErrNotFound) {
+		writeError(c.Writer, http.StatusNotFound, fmt.Sprintf("function %q not found in namespace %q", name, ns))
+		return
+	}
+	writeError(c.Writer, http.StatusNotFound, fmt.Sprintf("function %q is not exposed on /fn: it has no enabled http trigger", name))
+}
+
 // call is one invocation in flight.
 type call struct {
 	ns, name, path string
@@ -95,6 +110,11 @@ type call struct {
 	w              http.ResponseWriter
 	kind, trigName string
 	trigger        []byte
+	// id is the invocation id to use; empty: a new one.
+	id string
+	// cancellable: cancelling the context ends the invocation (Invoke);
+	// otherwise only the deadline does (/fn).
+	cancellable bool
 }
 
 // Invoke implements invoke.Invoker through the same path as /fn.
@@ -127,7 +147,7 @@ func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Respons
 	}
 	out := &wire.ResponseBuffer{Max: p.cfg.MaxResultBytes}
 	rec := p.serve(ctx, &call{ns: req.Namespace, name: req.Function, path: r.URL.EscapedPath(), r: r, w: out,
-		kind: req.TriggerKind, trigName: req.TriggerName, trigger: trigJSON})
+		kind: req.TriggerKind, trigName: req.TriggerName, trigger: trigJSON, id: req.InvocationID, cancellable: true})
 	return &invoke.Response{InvocationID: rec.ID, StatusCode: out.StatusCode, Header: out.Header(),
 		Body: out.Body.Bytes(), Error: rec.Error}, nil
 }
@@ -135,8 +155,11 @@ func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Respons
 // serve runs one invocation, answers the caller and records it.
 func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	start := time.Now()
-	id, _ := uuid.NewV7()
-	rec := &invoke.Record{ID: id.String(), Namespace: c.ns, Function: c.name, TriggerKind: c.kind, TriggerName: c.trigName,
+	id := c.id
+	if id == "" {
+		id = uuid.Must(uuid.NewV7()).String() // fails only when crypto/rand does
+	}
+	rec := &invoke.Record{ID: id, Namespace: c.ns, Function: c.name, TriggerKind: c.kind, TriggerName: c.trigName,
 		Method: c.r.Method, Path: c.path, StartedAt: start.UTC()}
 	c.w.Header().Set("X-Sless-Invocation-Id", rec.ID)
 	p.run(ctx, c, rec, start)
@@ -170,14 +193,19 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 	}
 	inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
 		BeforeWrite: func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
-	// The upstream exchange is bounded by the deadline, not by the client:
-	// a handler that started runs to its end and its capacity is released
-	// only then.
-	res, err := lease.Do(context.WithoutCancel(ctx), inv, c.w)
+	// An HTTP client going away does not end the exchange, which the
+	// deadline bounds: a handler that started runs to its end and its
+	// capacity is released only then. Triggers cancel their runs on purpose
+	// (a cron Replace), which recycles the instance.
+	doCtx := ctx
+	if !c.cancellable {
+		doCtx = context.WithoutCancel(ctx)
+	}
+	res, err := lease.Do(doCtx, inv, c.w)
 	rec.RequestBytes, rec.ResponseBytes = res.RequestBytes, res.ResponseBytes
 	rec.HandlerMS, rec.Logs, rec.Error = ms(res.Handler), res.Logs, res.Error
 	if err != nil {
-		p.doFailed(c, rec, t, err)
+		p.doFailed(ctx, c, rec, t, err)
 		return
 	}
 	rec.StatusCode = res.StatusCode
@@ -222,10 +250,12 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 }
 
 // doFailed answers when the invocation failed before its response started.
-func (p *Proxy) doFailed(c *call, rec *invoke.Record, t *runtime.Target, err error) {
+func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *runtime.Target, err error) {
 	var mbe *http.MaxBytesError
 	var be *wire.BodyError
 	switch {
+	case c.cancellable && ctx.Err() != nil:
+		p.fail(c, rec, 499, "the invocation was cancelled: "+context.Cause(ctx).Error())
 	case errors.Is(err, runtime.ErrTimeout):
 		p.fail(c, rec, http.StatusGatewayTimeout, fmt.Sprintf("function %q timed out after %s", c.name, t.Timeout))
 	case errors.Is(err, runtime.ErrCrashed):

@@ -161,7 +161,9 @@ func (e *Executor) Deploy(_ context.Context, t runtime.Target) error {
 		e.sparesLocked(p).ensure()
 	}
 	e.mu.Unlock()
-	pl.deploy(t)
+	for _, inst := range pl.deploy(t) {
+		go inst.proc.stop(2 * time.Second)
+	}
 	return nil
 }
 
@@ -188,6 +190,18 @@ func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease,
 		return nil, fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
 	}
 	return pl.acquire(ctx)
+}
+
+// Warm implements runtime.Executor.
+func (e *Executor) Warm(_ context.Context, ns, name string) error {
+	e.mu.Lock()
+	pl, ok := e.pools[key(ns, name)]
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
+	}
+	pl.warm()
+	return nil
 }
 
 // startInstance starts a process for t: a specialized spare, or a fresh

@@ -273,3 +273,36 @@ func TestNewVersionDrainsOld(t *testing.T) {
 		t.Errorf("after Undeploy: %v; want ErrNotDeployed", err)
 	}
 }
+
+func TestWarmAndSuspend(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
+	tg := target("warmed", "python3.11", dir)
+	if err := e.Warm(context.Background(), "default", "nope"); !errors.Is(err, runtime.ErrNotDeployed) {
+		t.Errorf("Warm of an unknown function: %v", err)
+	}
+	e.Deploy(context.Background(), tg)
+	if err := e.Warm(context.Background(), "default", "warmed"); err != nil {
+		t.Fatal(err)
+	}
+	// The warmed instance is found without a cold start once it is up.
+	deadline := time.Now().Add(10 * time.Second)
+	var first response
+	for {
+		time.Sleep(50 * time.Millisecond)
+		if first = invoke(t, e, "warmed", ""); first.err == nil && first.lease.ColdStart() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the warmed instance never served: %+v", first)
+		}
+	}
+	// Suspending stops the idle instance now, even with min_instances.
+	tg.MinInstances = 1
+	tg.Suspended = true
+	e.Deploy(context.Background(), tg)
+	r := invoke(t, e, "warmed", "")
+	if r.err != nil || r.body == first.body || r.lease.ColdStart() == 0 {
+		t.Errorf("after suspending: %+v; want a cold start in a new process (old pid %s)", r, first.body)
+	}
+}

@@ -51,11 +51,12 @@ type pool struct {
 
 func newPool(e *Executor, key string) *pool { return &pool{e: e, key: key} }
 
-// deploy makes t the current version. Settings that do not need new
-// processes (limits, timeout) apply in place; anything else drains the
-// instances of the old version: they take no new invocations and stop when
-// their last one finishes.
-func (p *pool) deploy(t runtime.Target) {
+// deploy makes t the current version and returns the instances to stop.
+// Settings that do not need new processes (limits, timeout, suspension)
+// apply in place; anything else drains the instances of the old version: they
+// take no new invocations and stop when their last one finishes. A
+// suspended function's idle instances stop now.
+func (p *pool) deploy(t runtime.Target) []*instance {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var stop []*instance
@@ -69,11 +70,22 @@ func (p *pool) deploy(t runtime.Target) {
 		p.instances = nil
 	}
 	p.target = &t
+	if t.Suspended {
+		stop = append(stop, p.reapLocked(func(*instance) bool { return true }, 0)...)
+	}
 	p.dispatchLocked()
 	p.ensureMinLocked()
-	for _, inst := range stop {
-		go inst.proc.stop(2 * time.Second)
+	return stop
+}
+
+// warm starts an instance unless one is free or starting.
+func (p *pool) warm() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.removed || p.starting > 0 || p.pickLocked() != nil || len(p.instances) >= p.target.MaxInstances {
+		return
 	}
+	p.startLocked()
 }
 
 // shutdown removes the pool: waiters fail, idle instances are returned to be
@@ -182,7 +194,7 @@ func (p *pool) dispatchLocked() {
 
 // ensureMinLocked starts instances up to MinInstances.
 func (p *pool) ensureMinLocked() {
-	for !p.removed && len(p.instances)+p.starting < p.target.MinInstances {
+	for !p.removed && !p.target.Suspended && len(p.instances)+p.starting < p.target.MinInstances {
 		p.startLocked()
 	}
 }
@@ -284,16 +296,26 @@ func (p *pool) reap(now time.Time, idle time.Duration) []*instance {
 	if p.target == nil {
 		return nil
 	}
+	keep := p.target.MinInstances
+	if p.target.Suspended {
+		keep = 0
+	}
+	out := p.reapLocked(func(inst *instance) bool { return now.Sub(inst.lastUsed) >= idle }, keep)
+	p.ensureMinLocked()
+	return out
+}
+
+// reapLocked removes the idle instances that expired says, newest first (the
+// oldest take the load, see pickLocked), keeping keep instances.
+func (p *pool) reapLocked(expired func(*instance) bool, keep int) []*instance {
 	var out []*instance
-	// Newest first: the oldest instances take the load (pickLocked).
-	for i := len(p.instances) - 1; i >= 0 && len(p.instances) > p.target.MinInstances; i-- {
+	for i := len(p.instances) - 1; i >= 0 && len(p.instances) > keep; i-- {
 		inst := p.instances[i]
-		if inst.inflight == 0 && now.Sub(inst.lastUsed) >= idle {
+		if inst.inflight == 0 && expired(inst) {
 			p.removeLocked(inst)
 			out = append(out, inst)
 		}
 	}
-	p.ensureMinLocked()
 	return out
 }
 

@@ -116,6 +116,11 @@ func (c *Client) Do(ctx context.Context, inv *runtime.Invocation, w http.Respons
 		return runtime.Result{}, err
 	}
 	cn.SetDeadline(inv.Deadline)
+	if ctx.Done() != nil {
+		// Cancelling ends the exchange like the deadline does.
+		stop := context.AfterFunc(ctx, func() { cn.SetDeadline(time.Unix(1, 0)) })
+		defer stop()
+	}
 	res, reusable, err := roundTrip(cn, inv, w)
 	if err != nil || !reusable {
 		cn.Close()

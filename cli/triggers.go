@@ -1,0 +1,287 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"sless.kube5s.ru/sless/client"
+	"sless.kube5s.ru/sless/modules/triggers"
+)
+
+func newTriggerCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "trigger", Short: "Create and manage http, cron and rabbitmq triggers"}
+	cmd.AddCommand(newTriggerCreateCmd(g),
+		&cobra.Command{
+			Use: "list", Short: "List the triggers of the namespace", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				c, ns, err := g.connect(cmd.Context())
+				if err != nil {
+					return err
+				}
+				ts, err := c.ListTriggers(cmd.Context(), ns)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return printJSON(cmd.OutOrStdout(), ts)
+				}
+				t := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(t, "NAME\tTYPE\tFUNCTION\tENABLED\tPHASE\tFIRED\tFAILED\tLAST FIRED")
+				for _, tr := range ts {
+					last := ""
+					if tr.Status.LastFiredAt != nil {
+						last = humanize.Time(*tr.Status.LastFiredAt)
+					}
+					fmt.Fprintf(t, "%s\t%s\t%s\t%t\t%s\t%d\t%d\t%s\n", tr.Name, tr.Type, tr.Function, tr.IsEnabled(), tr.Status.Phase,
+						tr.Status.Fired, tr.Status.Failed, last)
+				}
+				return t.Flush()
+			},
+		},
+		&cobra.Command{
+			Use: "get NAME", Short: "Show a trigger with its status", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, ns, err := g.connect(cmd.Context())
+				if err != nil {
+					return err
+				}
+				t, err := c.GetTrigger(cmd.Context(), ns, args[0])
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), t)
+			},
+		},
+		&cobra.Command{
+			Use: "delete NAME", Short: "Delete a trigger", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, ns, err := g.connect(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if err := c.DeleteTrigger(cmd.Context(), ns, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "deleted trigger %s/%s\n", ns, args[0])
+				return nil
+			},
+		},
+		newTriggerEnableCmd(g, true), newTriggerEnableCmd(g, false),
+	)
+	return cmd
+}
+
+func newTriggerEnableCmd(g *globals, enable bool) *cobra.Command {
+	verb := map[bool]string{true: "enable", false: "disable"}[enable]
+	return &cobra.Command{
+		Use: verb + " NAME", Short: map[bool]string{
+			true:  "Enable a trigger",
+			false: "Disable a trigger (an http trigger's function answers 404 on /fn and scales to zero)",
+		}[enable],
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ns, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			t, err := c.GetTrigger(cmd.Context(), ns, args[0])
+			if err != nil {
+				return err
+			}
+			t.Enabled = &enable
+			if _, err := c.UpdateTrigger(cmd.Context(), t); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%sd trigger %s/%s\n", verb, ns, args[0])
+			return nil
+		},
+	}
+}
+
+func newTriggerCreateCmd(g *globals) *cobra.Command {
+	var (
+		t          triggers.Trigger
+		payload    string
+		maxRetries int
+		disabled   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME --function F --type http|cron|rabbitmq [type flags]",
+		Short: "Create a trigger",
+		Example: `  sless trigger create web --function hello --type http
+  sless trigger create nightly --function report --type cron --schedule "0 3 * * *" --timezone Europe/Berlin --payload '{"full": true}'
+  sless trigger create orders --function order --type rabbitmq --url amqp://guest:guest@localhost:5672/ --queue orders --max-retries 5 --dead-letter-queue orders-failed`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ns, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			t.Name, t.Namespace = args[0], ns
+			if payload != "" {
+				t.Payload = json.RawMessage(payload)
+			}
+			if cmd.Flags().Changed("max-retries") {
+				t.MaxRetries = &maxRetries
+			}
+			if disabled {
+				off := false
+				t.Enabled = &off
+			}
+			created, err := c.CreateTrigger(cmd.Context(), &t)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "created %s trigger %s/%s for function %s\n", created.Type, ns, created.Name, created.Function)
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), created)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&t.Function, "function", "", "function to invoke (required)")
+	fl.StringVar(&t.Type, "type", "", "http, cron or rabbitmq (required)")
+	fl.BoolVar(&disabled, "disabled", false, "create it disabled")
+	fl.StringVar(&t.Schedule, "schedule", "", "cron: 5-field expression, @hourly-style descriptor or @every <duration>")
+	fl.StringVar(&t.Timezone, "timezone", "", "cron: IANA time zone (default UTC)")
+	fl.StringVar(&payload, "payload", "", "cron: JSON event of every run")
+	fl.StringVar(&t.ConcurrencyPolicy, "concurrency-policy", "", "cron: Allow (default), Forbid or Replace")
+	fl.IntVar(&t.PrewarmSeconds, "prewarm-seconds", 0, "cron: start an instance this long before each run")
+	fl.StringVar(&t.URL, "url", "", "rabbitmq: amqp://user:password@host:5672/vhost")
+	fl.StringVar(&t.Queue, "queue", "", "rabbitmq: queue to consume")
+	fl.StringVar(&t.Exchange, "exchange", "", "rabbitmq: exchange to bind the queue to")
+	fl.StringVar(&t.RoutingKey, "routing-key", "", "rabbitmq: routing key of the binding")
+	fl.IntVar(&t.Prefetch, "prefetch", 0, "rabbitmq: messages in flight (default 10)")
+	fl.IntVar(&maxRetries, "max-retries", 0, "rabbitmq: retries of a failed message before it is dead-lettered (default 3)")
+	fl.StringVar(&t.DeadLetterExchange, "dead-letter-exchange", "", "rabbitmq: exchange for messages that failed every retry")
+	fl.StringVar(&t.DeadLetterQueue, "dead-letter-queue", "", "rabbitmq: queue for messages that failed every retry")
+	cmd.MarkFlagRequired("function")
+	cmd.MarkFlagRequired("type")
+	return cmd
+}
+
+func newJobCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "job", Short: "Run functions once as jobs"}
+	var (
+		function, payload string
+		wait              time.Duration
+	)
+	run := &cobra.Command{
+		Use:   "run NAME --function F [--payload JSON]",
+		Short: "Run a job once more (creating it when missing) and wait for its result",
+		Long: `Create the job, or raise its run_id, so that its function runs once with the
+payload; wait for the run and print its result. Running the same run_id again never
+runs the function twice.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ns, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			j, err := runJob(cmd.Context(), c, ns, args[0], function, payload)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "started run %d of job %s/%s\n", j.RunID, ns, j.Name)
+			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+			defer cancel()
+			done, err := c.WaitJob(ctx, ns, j.Name, j.RunID)
+			if err != nil {
+				return err
+			}
+			return printJobResult(g, cmd.OutOrStdout(), cmd.ErrOrStderr(), done)
+		},
+	}
+	run.Flags().StringVar(&function, "function", "", "function to run (required when the job does not exist)")
+	run.Flags().StringVar(&payload, "payload", "", "JSON event of the run")
+	run.Flags().DurationVar(&wait, "wait", 15*time.Minute, "how long to wait for the run")
+	cmd.AddCommand(run,
+		&cobra.Command{
+			Use: "get NAME", Short: "Show a job and its last run", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, ns, err := g.connect(cmd.Context())
+				if err != nil {
+					return err
+				}
+				j, err := c.GetJob(cmd.Context(), ns, args[0])
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), j)
+			},
+		},
+		&cobra.Command{
+			Use: "list", Short: "List the jobs of the namespace", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				c, ns, err := g.connect(cmd.Context())
+				if err != nil {
+					return err
+				}
+				js, err := c.ListJobs(cmd.Context(), ns)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return printJSON(cmd.OutOrStdout(), js)
+				}
+				t := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(t, "NAME\tFUNCTION\tRUN\tPHASE\tSTATUS\tFINISHED")
+				for _, j := range js {
+					finished := ""
+					if j.Status.FinishedAt != nil {
+						finished = humanize.Time(*j.Status.FinishedAt)
+					}
+					fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%d\t%s\n", j.Name, j.Function, j.Status.RunID, j.Status.Phase, j.Status.StatusCode, finished)
+				}
+				return t.Flush()
+			},
+		},
+	)
+	return cmd
+}
+
+// runJob creates the job with run_id 1, or raises the run_id of the
+// existing one (optionally changing its function and payload).
+func runJob(ctx context.Context, c *client.Client, ns, name, function, payload string) (*triggers.Job, error) {
+	j, err := c.GetJob(ctx, ns, name)
+	if client.IsNotFound(err) {
+		if function == "" {
+			return nil, fmt.Errorf("job %q does not exist; give --function to create it", name)
+		}
+		return c.CreateJob(ctx, &triggers.Job{Name: name, Namespace: ns,
+			JobSpec: triggers.JobSpec{Function: function, Payload: json.RawMessage(payload), RunID: 1}})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if function != "" {
+		j.Function = function
+	}
+	if payload != "" {
+		j.Payload = json.RawMessage(payload)
+	}
+	j.RunID = max(j.RunID, j.Status.RunID) + 1
+	return c.UpdateJob(ctx, j)
+}
+
+func printJobResult(g *globals, out, errOut io.Writer, j *triggers.Job) error {
+	if g.output == "json" {
+		if err := printJSON(out, j); err != nil {
+			return err
+		}
+	} else if j.Status.Result != "" {
+		fmt.Fprintln(out, j.Status.Result)
+	}
+	fmt.Fprintf(errOut, "run %d %s: HTTP %d, invocation %s\n", j.Status.RunID, j.Status.Phase, j.Status.StatusCode, j.Status.InvocationID)
+	if j.Status.Phase == triggers.JobFailed {
+		return fmt.Errorf("job %s run %d failed: %s", j.Name, j.Status.RunID, j.Status.Error)
+	}
+	return nil
+}

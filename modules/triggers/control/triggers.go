@@ -1,0 +1,151 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"sless.kube5s.ru/sless/internal/controller"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/trstore"
+)
+
+// missingFunctionRetry is how often a trigger whose function does not exist
+// looks again.
+const missingFunctionRetry = 10 * time.Second
+
+// TriggerReconciler brings triggers to their desired state: http triggers
+// open the gate of /fn, cron and rabbitmq triggers run in their Runner.
+type TriggerReconciler struct {
+	store     *trstore.Triggers
+	functions functions.Store
+	runners   map[string]triggers.Runner
+	gate      *Gate
+	keeper    *StatusKeeper
+	// notifier tells the functions reconciler that a function's exposure
+	// changed (a function whose http triggers are all disabled is scaled to
+	// zero).
+	notifier functions.ChangeNotifier
+	log      *slog.Logger
+}
+
+// NewTriggerReconciler returns the reconciler; runners maps trigger types
+// to their runner.
+func NewTriggerReconciler(store *trstore.Triggers, fns functions.Store, runners map[string]triggers.Runner,
+	gate *Gate, keeper *StatusKeeper, notifier functions.ChangeNotifier, log *slog.Logger) *TriggerReconciler {
+	return &TriggerReconciler{store: store, functions: fns, runners: runners, gate: gate, keeper: keeper, notifier: notifier, log: log}
+}
+
+// LoadGate opens the gate for the enabled http triggers as stored, before
+// the server takes requests, so that /fn does not answer 404 for them until
+// the first reconcile.
+func (r *TriggerReconciler) LoadGate(ctx context.Context) error {
+	all, err := r.store.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range all {
+		if t.Type == triggers.TypeHTTP && t.IsEnabled() {
+			r.gate.set(t.Key(), t.Namespace+"/"+t.Function)
+		}
+	}
+	return nil
+}
+
+// Keys lists every trigger, for the resync at start.
+func (r *TriggerReconciler) Keys(ctx context.Context) ([]triggers.Key, error) {
+	all, err := r.store.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]triggers.Key, len(all))
+	for i, t := range all {
+		keys[i] = t.Key()
+	}
+	return keys, nil
+}
+
+// Reconcile implements controller.ReconcileFunc.
+func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (controller.Result, error) {
+	t, err := r.store.Get(ctx, key)
+	if errors.Is(err, trstore.ErrNotFound) {
+		for _, runner := range r.runners {
+			runner.Remove(key)
+		}
+		r.expose(key, "")
+		r.keeper.forget(key)
+		return controller.Result{}, nil
+	}
+	if err != nil {
+		return controller.Result{}, err
+	}
+	r.keeper.track(t)
+
+	phase, msg := triggers.PhaseActive, ""
+	var res controller.Result
+	if !t.IsEnabled() {
+		phase = triggers.PhaseDisabled
+	} else if _, err := r.functions.Get(ctx, functions.Key{Namespace: t.Namespace, Name: t.Function}); errors.Is(err, functions.ErrNotFound) {
+		phase, msg = triggers.PhaseError, fmt.Sprintf("function %q does not exist in namespace %q", t.Function, t.Namespace)
+		res.RequeueAfter = missingFunctionRetry
+	} else if err != nil {
+		return controller.Result{}, err
+	}
+	active := phase == triggers.PhaseActive
+
+	exposed := ""
+	if t.Type == triggers.TypeHTTP && active {
+		exposed = t.Namespace + "/" + t.Function
+	}
+	r.expose(key, exposed)
+	for typ, runner := range r.runners {
+		if typ != t.Type || !active {
+			runner.Remove(key)
+			continue
+		}
+		if err := runner.Apply(ctx, t); err != nil {
+			phase, msg = triggers.PhaseError, err.Error()
+		}
+	}
+	return res, r.keeper.setPhase(ctx, t, phase, msg)
+}
+
+// expose sets what the trigger exposes on /fn and tells the functions
+// reconciler about every function whose exposure changed.
+func (r *TriggerReconciler) expose(key triggers.Key, function string) {
+	for _, fn := range r.gate.set(key, function) {
+		ns, name, _ := strings.Cut(fn, "/")
+		r.notifier.Changed(functions.Key{Namespace: ns, Name: name})
+	}
+}
+
+// Suspension implements functions.Suspension from the stored triggers: a
+// function is suspended when it has http triggers and none is enabled.
+type Suspension struct {
+	store *trstore.Triggers
+}
+
+// NewSuspension returns the suspension of store's triggers.
+func NewSuspension(store *trstore.Triggers) *Suspension { return &Suspension{store: store} }
+
+// Suspended implements functions.Suspension.
+func (s *Suspension) Suspended(ctx context.Context, key functions.Key) (bool, error) {
+	ts, err := s.store.ByFunction(ctx, key.Namespace, key.Name)
+	if err != nil {
+		return false, err
+	}
+	hasHTTP := false
+	for _, t := range ts {
+		if t.Type == triggers.TypeHTTP {
+			if t.IsEnabled() {
+				return false, nil
+			}
+			hasHTTP = true
+		}
+	}
+	return hasHTTP, nil
+}

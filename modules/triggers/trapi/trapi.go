@@ -1,0 +1,356 @@
+// Package trapi serves the REST API of triggers
+// (/v1/namespaces/{ns}/triggers) and jobs (/v1/namespaces/{ns}/jobs).
+package trapi
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/internal/validation"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/invoke/ledgerapi"
+	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
+	"sless.kube5s.ru/sless/modules/triggers/trstore"
+)
+
+// Notifiers tell the reconcilers about writes.
+type Notifiers struct {
+	Triggers, Jobs func(triggers.Key)
+}
+
+// API is the triggers and jobs REST API.
+type API struct {
+	triggers  *trstore.Triggers
+	jobs      *trstore.Jobs
+	functions functions.Store
+	ledger    invoke.Ledger
+	notify    Notifiers
+	log       *slog.Logger
+}
+
+// New returns the API.
+func New(trs *trstore.Triggers, jobs *trstore.Jobs, fns functions.Store, ledger invoke.Ledger, notify Notifiers, log *slog.Logger) *API {
+	return &API{triggers: trs, jobs: jobs, functions: fns, ledger: ledger, notify: notify, log: log}
+}
+
+// Register implements httpx.Routes.
+func (a *API) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
+	t := v1.Group("/namespaces/:ns/triggers")
+	t.POST("", a.handle(a.createTrigger))
+	t.GET("", a.handle(a.listTriggers))
+	t.GET("/:name", a.handle(a.getTrigger))
+	t.PUT("/:name", a.handle(a.updateTrigger))
+	t.DELETE("/:name", a.handle(a.deleteTrigger))
+	t.GET("/:name/invocations", a.handle(a.triggerInvocations))
+	j := v1.Group("/namespaces/:ns/jobs")
+	j.POST("", a.handle(a.createJob))
+	j.GET("", a.handle(a.listJobs))
+	j.GET("/:name", a.handle(a.getJob))
+	j.PUT("/:name", a.handle(a.updateJob))
+	j.DELETE("/:name", a.handle(a.deleteJob))
+	j.GET("/:name/invocations", a.handle(a.jobInvocations))
+}
+
+func (a *API) handle(h httpx.HandlerFunc) gin.HandlerFunc { return httpx.Handle(a.log, h) }
+
+// ListResponse is the body of a list call.
+type ListResponse[T any] struct {
+	Items []T `json:"items"`
+	// Continue, when set, is passed as ?continue= to get the next page.
+	Continue string `json:"continue,omitempty"`
+}
+
+const (
+	defaultPage = 50
+	maxPage     = 500
+)
+
+func key(c *gin.Context) triggers.Key {
+	return triggers.Key{Namespace: c.Param("ns"), Name: c.Param("name")}
+}
+
+func pageSize(c *gin.Context) (int, error) {
+	s := c.Query("limit")
+	if s == "" {
+		return defaultPage, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, httpx.Errorf(http.StatusBadRequest, "limit must be a number between 1 and %d", maxPage)
+	}
+	return n, nil
+}
+
+// bindNames fills namespace and name from the URL, refusing a body that
+// names others.
+func bindNames(c *gin.Context, kind string, ns, name *string, update bool) error {
+	if *ns != "" && *ns != c.Param("ns") {
+		return httpx.Errorf(http.StatusBadRequest, "namespace %q in the body does not match %q in the URL", *ns, c.Param("ns"))
+	}
+	*ns = c.Param("ns")
+	if update {
+		if *name != "" && *name != c.Param("name") {
+			return httpx.Errorf(http.StatusBadRequest, "name %q in the body does not match %q in the URL; %ss cannot be renamed", *name, c.Param("name"), kind)
+		}
+		*name = c.Param("name")
+	}
+	return nil
+}
+
+// checkFunction refuses a spec whose function does not exist.
+func (a *API) checkFunction(c *gin.Context, kind, ns, fn string) error {
+	_, err := a.functions.Get(c, functions.Key{Namespace: ns, Name: fn})
+	if errors.Is(err, functions.ErrNotFound) {
+		ve := &validation.Errors{Resource: kind}
+		ve.Add("function", "function %q does not exist in namespace %q", fn, ns)
+		return ve
+	}
+	return err
+}
+
+func notFound(err error, kind string, k triggers.Key) error {
+	if errors.Is(err, trstore.ErrNotFound) {
+		return httpx.Errorf(http.StatusNotFound, "%s %q not found in namespace %q", kind, k.Name, k.Namespace)
+	}
+	return err
+}
+
+func conflict(err error, kind string, k triggers.Key) error {
+	if errors.Is(err, trstore.ErrAlreadyExists) {
+		return httpx.Errorf(http.StatusConflict, "%s %q already exists in namespace %q; use PUT to update it", kind, k.Name, k.Namespace)
+	}
+	return err
+}
+
+// redacted returns t as the API shows it: without the broker password.
+func redacted(t *triggers.Trigger) *triggers.Trigger {
+	out := *t
+	if out.URL != "" {
+		out.URL = rabbitmq.RedactURL(out.URL)
+	}
+	return &out
+}
+
+func (a *API) createTrigger(c *gin.Context) error {
+	var t triggers.Trigger
+	if err := httpx.DecodeJSON(c, &t); err != nil {
+		return err
+	}
+	if err := bindNames(c, "trigger", &t.Namespace, &t.Name, false); err != nil {
+		return err
+	}
+	applyTriggerDefaults(&t)
+	t.Payload = compactJSON(t.Payload)
+	if err := validateTrigger(&t); err != nil {
+		return err
+	}
+	if err := a.checkFunction(c, "trigger", t.Namespace, t.Function); err != nil {
+		return err
+	}
+	created, err := a.triggers.Create(c, &t)
+	if err != nil {
+		return conflict(err, "trigger", t.Key())
+	}
+	a.notify.Triggers(created.Key())
+	c.JSON(http.StatusCreated, redacted(created))
+	return nil
+}
+
+func (a *API) listTriggers(c *gin.Context) error {
+	limit, err := pageSize(c)
+	if err != nil {
+		return err
+	}
+	items, more, err := a.triggers.List(c, c.Param("ns"), c.Query("continue"), limit)
+	if err != nil {
+		return err
+	}
+	resp := ListResponse[*triggers.Trigger]{Items: make([]*triggers.Trigger, len(items))}
+	for i, t := range items {
+		resp.Items[i] = redacted(t)
+	}
+	if more {
+		resp.Continue = items[len(items)-1].Name
+	}
+	c.JSON(http.StatusOK, resp)
+	return nil
+}
+
+func (a *API) getTrigger(c *gin.Context) error {
+	t, err := a.triggers.Get(c, key(c))
+	if err != nil {
+		return notFound(err, "trigger", key(c))
+	}
+	c.JSON(http.StatusOK, redacted(t))
+	return nil
+}
+
+func (a *API) updateTrigger(c *gin.Context) error {
+	k := key(c)
+	var t triggers.Trigger
+	if err := httpx.DecodeJSON(c, &t); err != nil {
+		return err
+	}
+	if err := bindNames(c, "trigger", &t.Namespace, &t.Name, true); err != nil {
+		return err
+	}
+	old, err := a.triggers.Get(c, k)
+	if err != nil {
+		return notFound(err, "trigger", k)
+	}
+	// A client that read the trigger sends the redacted URL back: that
+	// means "unchanged", not a new password of "***".
+	if t.URL != "" && t.URL == rabbitmq.RedactURL(old.URL) {
+		t.URL = old.URL
+	}
+	applyTriggerDefaults(&t)
+	t.Payload = compactJSON(t.Payload)
+	if err := validateTrigger(&t); err != nil {
+		return err
+	}
+	if err := a.checkFunction(c, "trigger", t.Namespace, t.Function); err != nil {
+		return err
+	}
+	updated, err := a.triggers.UpdateSpec(c, k, t.Spec)
+	if err != nil {
+		return notFound(err, "trigger", k)
+	}
+	a.notify.Triggers(k)
+	c.JSON(http.StatusOK, redacted(updated))
+	return nil
+}
+
+func (a *API) deleteTrigger(c *gin.Context) error {
+	k := key(c)
+	if err := a.triggers.Delete(c, k); err != nil {
+		return notFound(err, "trigger", k)
+	}
+	a.notify.Triggers(k)
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+// invocationParams are the query parameters of the invocations of a trigger
+// or a job.
+var invocationParams = []string{"limit", "before", "status"}
+
+func (a *API) triggerInvocations(c *gin.Context) error {
+	t, err := a.triggers.Get(c, key(c))
+	if err != nil {
+		return notFound(err, "trigger", key(c))
+	}
+	q, err := ledgerapi.ParseQuery(c, invocationParams)
+	if err != nil {
+		return err
+	}
+	q.TriggerKind, q.TriggerName = t.Type, t.Name
+	if t.Type == triggers.TypeHTTP {
+		// /fn does not know which http trigger let a request in.
+		q.Function, q.TriggerName = t.Function, ""
+	}
+	return ledgerapi.WriteList(c, a.ledger, q)
+}
+
+func (a *API) createJob(c *gin.Context) error {
+	var j triggers.Job
+	if err := httpx.DecodeJSON(c, &j); err != nil {
+		return err
+	}
+	if err := bindNames(c, "job", &j.Namespace, &j.Name, false); err != nil {
+		return err
+	}
+	j.Payload = compactJSON(j.Payload)
+	if err := validateJob(&j); err != nil {
+		return err
+	}
+	if err := a.checkFunction(c, "job", j.Namespace, j.Function); err != nil {
+		return err
+	}
+	created, err := a.jobs.Create(c, &j)
+	if err != nil {
+		return conflict(err, "job", j.Key())
+	}
+	a.notify.Jobs(created.Key())
+	c.JSON(http.StatusCreated, created)
+	return nil
+}
+
+func (a *API) listJobs(c *gin.Context) error {
+	limit, err := pageSize(c)
+	if err != nil {
+		return err
+	}
+	items, more, err := a.jobs.List(c, c.Param("ns"), c.Query("continue"), limit)
+	if err != nil {
+		return err
+	}
+	resp := ListResponse[*triggers.Job]{Items: items}
+	if more {
+		resp.Continue = items[len(items)-1].Name
+	}
+	c.JSON(http.StatusOK, resp)
+	return nil
+}
+
+func (a *API) getJob(c *gin.Context) error {
+	j, err := a.jobs.Get(c, key(c))
+	if err != nil {
+		return notFound(err, "job", key(c))
+	}
+	c.JSON(http.StatusOK, j)
+	return nil
+}
+
+func (a *API) updateJob(c *gin.Context) error {
+	k := key(c)
+	var j triggers.Job
+	if err := httpx.DecodeJSON(c, &j); err != nil {
+		return err
+	}
+	if err := bindNames(c, "job", &j.Namespace, &j.Name, true); err != nil {
+		return err
+	}
+	j.Payload = compactJSON(j.Payload)
+	if err := validateJob(&j); err != nil {
+		return err
+	}
+	if err := a.checkFunction(c, "job", j.Namespace, j.Function); err != nil {
+		return err
+	}
+	updated, err := a.jobs.UpdateSpec(c, k, j.JobSpec)
+	if err != nil {
+		return notFound(err, "job", k)
+	}
+	a.notify.Jobs(k)
+	c.JSON(http.StatusOK, updated)
+	return nil
+}
+
+func (a *API) deleteJob(c *gin.Context) error {
+	k := key(c)
+	if err := a.jobs.Delete(c, k); err != nil {
+		return notFound(err, "job", k)
+	}
+	a.notify.Jobs(k)
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+func (a *API) jobInvocations(c *gin.Context) error {
+	if _, err := a.jobs.Get(c, key(c)); err != nil {
+		return notFound(err, "job", key(c))
+	}
+	q, err := ledgerapi.ParseQuery(c, invocationParams)
+	if err != nil {
+		return err
+	}
+	q.TriggerKind, q.TriggerName = invoke.KindJob, c.Param("name")
+	return ledgerapi.WriteList(c, a.ledger, q)
+}

@@ -1,0 +1,191 @@
+package trapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+
+	"sless.kube5s.ru/sless/internal/validation"
+	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/cron"
+	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
+)
+
+// Defaults and limits of trigger fields.
+const (
+	DefaultPrefetch   = 10
+	MaxPrefetch       = 1000
+	DefaultMaxRetries = 3
+	MaxRetriesLimit   = 100
+	MaxPrewarmSeconds = 3600
+	// MaxPayloadBytes caps cron and job payloads.
+	MaxPayloadBytes = 256 << 10
+)
+
+// applyTriggerDefaults fills the fields with defaults.
+func applyTriggerDefaults(t *triggers.Trigger) {
+	if t.Enabled == nil {
+		on := true
+		t.Enabled = &on
+	}
+	switch t.Type {
+	case triggers.TypeCron:
+		if t.ConcurrencyPolicy == "" {
+			t.ConcurrencyPolicy = triggers.PolicyAllow
+		}
+	case triggers.TypeRabbitMQ:
+		if t.Prefetch == 0 {
+			t.Prefetch = DefaultPrefetch
+		}
+		if t.MaxRetries == nil {
+			n := DefaultMaxRetries
+			t.MaxRetries = &n
+		}
+	}
+}
+
+// validateTrigger checks a trigger after applyTriggerDefaults and names every
+// bad field.
+func validateTrigger(t *triggers.Trigger) error {
+	errs := &validation.Errors{Resource: "trigger"}
+	checkName(errs, "name", t.Name)
+	checkName(errs, "function", t.Function)
+	switch t.Type {
+	case triggers.TypeHTTP:
+		onlyFor(errs, t, "cron", "rabbitmq")
+	case triggers.TypeCron:
+		validateCron(errs, &t.CronSpec)
+		onlyFor(errs, t, "rabbitmq")
+	case triggers.TypeRabbitMQ:
+		validateRabbitMQ(errs, &t.RabbitMQSpec)
+		onlyFor(errs, t, "cron")
+	case "":
+		errs.Add("type", "is required: http, cron or rabbitmq")
+	default:
+		errs.Add("type", "%q is not one of http, cron, rabbitmq", t.Type)
+	}
+	return errs.Err()
+}
+
+func checkName(errs *validation.Errors, field, name string) {
+	if msg := validation.CheckName(name); msg != "" {
+		errs.Add(field, "%s", msg)
+	}
+}
+
+// onlyFor reports the fields of the other types that a trigger sets.
+func onlyFor(errs *validation.Errors, t *triggers.Trigger, others ...string) {
+	for _, other := range others {
+		var set []string
+		switch other {
+		case "cron":
+			c := t.CronSpec
+			set = setFields(map[string]bool{"schedule": c.Schedule != "", "timezone": c.Timezone != "", "payload": len(c.Payload) > 0,
+				"concurrency_policy": c.ConcurrencyPolicy != "", "prewarm_seconds": c.PrewarmSeconds != 0})
+		case "rabbitmq":
+			r := t.RabbitMQSpec
+			set = setFields(map[string]bool{"url": r.URL != "", "queue": r.Queue != "", "exchange": r.Exchange != "",
+				"routing_key": r.RoutingKey != "", "prefetch": r.Prefetch != 0, "max_retries": r.MaxRetries != nil,
+				"dead_letter_exchange": r.DeadLetterExchange != "", "dead_letter_queue": r.DeadLetterQueue != ""})
+		}
+		for _, f := range set {
+			errs.Add(f, "is a field of %s triggers, not of %s triggers", other, t.Type)
+		}
+	}
+}
+
+func setFields(fields map[string]bool) []string {
+	var out []string
+	for _, f := range []string{"schedule", "timezone", "payload", "concurrency_policy", "prewarm_seconds",
+		"url", "queue", "exchange", "routing_key", "prefetch", "max_retries", "dead_letter_exchange", "dead_letter_queue"} {
+		if fields[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func validateCron(errs *validation.Errors, c *triggers.CronSpec) {
+	if c.Schedule == "" {
+		errs.Add("schedule", "is required for cron triggers, e.g. \"*/5 * * * *\", \"@hourly\" or \"@every 30s\"")
+	} else if _, err := cron.ParseSchedule(c.Schedule, c.Timezone); err != nil {
+		// The parser names the field (schedule or timezone).
+		var ve *validation.Errors
+		if !errors.As(err, &ve) {
+			errs.Add("schedule", "%v", err)
+		} else {
+			errs.Fields = append(errs.Fields, ve.Fields...)
+		}
+	}
+	checkPayload(errs, "payload", c.Payload)
+	switch c.ConcurrencyPolicy {
+	case triggers.PolicyAllow, triggers.PolicyForbid, triggers.PolicyReplace:
+	default:
+		errs.Add("concurrency_policy", "%q is not one of Allow, Forbid, Replace", c.ConcurrencyPolicy)
+	}
+	if msg := validation.CheckRange(c.PrewarmSeconds, 0, MaxPrewarmSeconds); msg != "" {
+		errs.Add("prewarm_seconds", "%s", msg)
+	}
+}
+
+func checkPayload(errs *validation.Errors, field string, payload json.RawMessage) {
+	if len(payload) > MaxPayloadBytes {
+		errs.Add(field, "is %d bytes; the limit is %d", len(payload), MaxPayloadBytes)
+	}
+	if len(payload) > 0 && !json.Valid(payload) {
+		errs.Add(field, "must be JSON")
+	}
+}
+
+func validateRabbitMQ(errs *validation.Errors, r *triggers.RabbitMQSpec) {
+	if r.URL == "" {
+		errs.Add("url", "is required for rabbitmq triggers, e.g. amqp://user:password@host:5672/vhost")
+	} else if err := rabbitmq.ValidateURL(r.URL); err != nil {
+		errs.Add("url", "%v", err)
+	}
+	if r.Queue == "" {
+		errs.Add("queue", "is required for rabbitmq triggers")
+	}
+	if r.RoutingKey != "" && r.Exchange == "" {
+		errs.Add("routing_key", "needs an exchange to bind the queue to")
+	}
+	if msg := validation.CheckRange(r.Prefetch, 1, MaxPrefetch); msg != "" {
+		errs.Add("prefetch", "%s", msg)
+	}
+	if msg := validation.CheckRange(*r.MaxRetries, 0, MaxRetriesLimit); msg != "" {
+		errs.Add("max_retries", "%s", msg)
+	}
+	if r.DeadLetterExchange != "" && r.DeadLetterQueue != "" {
+		errs.Add("dead_letter_queue", "set dead_letter_exchange or dead_letter_queue, not both")
+	}
+	if r.DeadLetterQueue != "" && r.DeadLetterQueue == r.Queue {
+		errs.Add("dead_letter_queue", "must differ from the consumed queue")
+	}
+}
+
+// validateJob checks a job.
+func validateJob(j *triggers.Job) error {
+	errs := &validation.Errors{Resource: "job"}
+	checkName(errs, "name", j.Name)
+	checkName(errs, "function", j.Function)
+	checkPayload(errs, "payload", j.Payload)
+	if j.RunID < 0 {
+		errs.Add("run_id", "must not be negative (0 means do not run)")
+	}
+	return errs.Err()
+}
+
+// compactJSON normalizes a payload so that equal payloads compare equal.
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return raw
+	}
+	if buf.String() == "null" {
+		return nil
+	}
+	return buf.Bytes()
+}

@@ -1,0 +1,104 @@
+// Package triggersfx provides the triggers module: http, cron and rabbitmq
+// triggers, FunctionJobs, their REST API and their reconcilers.
+package triggersfx
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"go.uber.org/fx"
+	"gorm.io/gorm"
+
+	"sless.kube5s.ru/sless/internal/controller"
+	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
+	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/control"
+	"sless.kube5s.ru/sless/modules/triggers/cron"
+	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
+	"sless.kube5s.ru/sless/modules/triggers/trapi"
+	"sless.kube5s.ru/sless/modules/triggers/trstore"
+)
+
+// Config configures the triggers module.
+type Config struct {
+	// Workers is the number of triggers, and of jobs, reconciled at once.
+	Workers int
+}
+
+// Module is the triggers module.
+var Module = fx.Module("triggers",
+	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "triggers") }),
+	fx.Provide(
+		fx.Annotate(trstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
+		func(db *gorm.DB) *trstore.Triggers { return trstore.NewTriggers(db) },
+		func(db *gorm.DB) *trstore.Jobs { return trstore.NewJobs(db) },
+		control.NewGate,
+		func(g *control.Gate) invoke.Exposure { return g },
+		func(s *trstore.Triggers) functions.Suspension { return control.NewSuspension(s) },
+		newControllers,
+		httpx.AsRoutes(newAPI),
+	),
+	fx.Invoke(func(*controllers) {}),
+)
+
+type (
+	triggerController = controller.Controller[triggers.Key]
+	jobController     = controller.Controller[triggers.Key]
+)
+
+// controllers are the module's running parts, started and stopped in order.
+type controllers struct {
+	triggers *triggerController
+	jobs     *jobController
+}
+
+type params struct {
+	fx.In
+	LC        fx.Lifecycle
+	Config    Config
+	Triggers  *trstore.Triggers
+	Jobs      *trstore.Jobs
+	Functions functions.Store
+	Notifier  functions.ChangeNotifier
+	Invoker   invoke.Invoker
+	Ledger    invoke.Ledger
+	Executor  runtime.Executor
+	Gate      *control.Gate
+	Log       *slog.Logger
+}
+
+func newControllers(p params) *controllers {
+	keeper := control.NewStatusKeeper(p.Triggers, p.Log)
+	cronRunner := cron.New(p.Invoker, p.Executor, keeper, p.Log)
+	rabbitRunner := rabbitmq.New(p.Invoker, keeper, p.Log)
+	runners := map[string]triggers.Runner{triggers.TypeCron: cronRunner, triggers.TypeRabbitMQ: rabbitRunner}
+	trRec := control.NewTriggerReconciler(p.Triggers, p.Functions, runners, p.Gate, keeper, p.Notifier, p.Log)
+	jobRec := control.NewJobReconciler(p.Jobs, p.Invoker, p.Ledger, p.Log)
+	c := &controllers{
+		triggers: controller.New("triggers", trRec.Reconcile, trRec.Keys, p.Config.Workers, p.Log),
+		jobs:     controller.New("jobs", jobRec.Reconcile, p.Jobs.Keys, p.Config.Workers, p.Log),
+	}
+	jobRec.Enqueue = c.jobs.Enqueue
+	p.LC.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			return errors.Join(keeper.Start(ctx), trRec.LoadGate(ctx), jobRec.Start(ctx),
+				c.triggers.Start(ctx), c.jobs.Start(ctx))
+		},
+		// Stop taking work, let the runs in flight finish, then write the
+		// statuses they changed.
+		OnStop: func(ctx context.Context) error {
+			return errors.Join(c.triggers.Stop(ctx), c.jobs.Stop(ctx),
+				cronRunner.Stop(ctx), rabbitRunner.Stop(ctx), jobRec.Stop(ctx), keeper.Stop(ctx))
+		},
+	})
+	return c
+}
+
+func newAPI(trs *trstore.Triggers, jobs *trstore.Jobs, fns functions.Store, ledger invoke.Ledger, c *controllers, log *slog.Logger) *trapi.API {
+	return trapi.New(trs, jobs, fns, ledger, trapi.Notifiers{Triggers: c.triggers.Enqueue, Jobs: c.jobs.Enqueue}, log)
+}

@@ -1,0 +1,178 @@
+// Package trstore persists triggers and jobs (gorm, SQLite or PostgreSQL).
+package trstore
+
+import (
+	"context"
+
+	"gorm.io/gorm"
+
+	"sless.kube5s.ru/sless/internal/objstore"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
+	"sless.kube5s.ru/sless/modules/triggers"
+)
+
+// ErrNotFound and ErrAlreadyExists are returned (wrapped) by the stores.
+var (
+	ErrNotFound      = objstore.ErrNotFound
+	ErrAlreadyExists = objstore.ErrAlreadyExists
+)
+
+// Migrations are the triggers module's schema versions.
+func Migrations() []sqldb.Migration {
+	return []sqldb.Migration{
+		objstore.Migration("triggers", 1, "triggers"),
+		objstore.Migration("triggers", 2, "jobs"),
+	}
+}
+
+// Triggers stores triggers. It is safe for concurrent use.
+type Triggers struct {
+	s *objstore.Store[triggers.Spec, triggers.Status]
+}
+
+// NewTriggers returns the trigger store.
+func NewTriggers(db *gorm.DB) *Triggers {
+	return &Triggers{s: objstore.New[triggers.Spec, triggers.Status](db, "triggers", "trigger")}
+}
+
+type triggerObject = objstore.Object[triggers.Spec, triggers.Status]
+
+func toTrigger(o *triggerObject) *triggers.Trigger {
+	return &triggers.Trigger{Name: o.Name, Namespace: o.Namespace, Spec: o.Spec, Generation: o.Generation,
+		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Status: o.Status}
+}
+
+func toTriggers(objs []*triggerObject, err error) ([]*triggers.Trigger, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*triggers.Trigger, len(objs))
+	for i, o := range objs {
+		out[i] = toTrigger(o)
+	}
+	return out, nil
+}
+
+func oneTrigger(o *triggerObject, err error) (*triggers.Trigger, error) {
+	if err != nil {
+		return nil, err
+	}
+	return toTrigger(o), nil
+}
+
+// Create stores a new trigger with generation 1.
+func (t *Triggers) Create(ctx context.Context, tr *triggers.Trigger) (*triggers.Trigger, error) {
+	return oneTrigger(t.s.Create(ctx, &triggerObject{Namespace: tr.Namespace, Name: tr.Name, Function: tr.Function, Spec: tr.Spec}))
+}
+
+// Get returns one trigger or ErrNotFound.
+func (t *Triggers) Get(ctx context.Context, key triggers.Key) (*triggers.Trigger, error) {
+	return oneTrigger(t.s.Get(ctx, key.Namespace, key.Name))
+}
+
+// List returns a page of a namespace's triggers by name.
+func (t *Triggers) List(ctx context.Context, ns, after string, limit int) ([]*triggers.Trigger, bool, error) {
+	objs, more, err := t.s.List(ctx, ns, after, limit)
+	out, err := toTriggers(objs, err)
+	return out, more, err
+}
+
+// ByFunction returns the triggers of a function.
+func (t *Triggers) ByFunction(ctx context.Context, ns, function string) ([]*triggers.Trigger, error) {
+	return toTriggers(t.s.ByFunction(ctx, ns, function))
+}
+
+// All returns every trigger.
+func (t *Triggers) All(ctx context.Context) ([]*triggers.Trigger, error) {
+	return toTriggers(t.s.All(ctx))
+}
+
+// UpdateSpec replaces a trigger's spec and increments its generation.
+func (t *Triggers) UpdateSpec(ctx context.Context, key triggers.Key, spec triggers.Spec) (*triggers.Trigger, error) {
+	return oneTrigger(t.s.UpdateSpec(ctx, key.Namespace, key.Name, spec.Function, spec))
+}
+
+// UpdateStatus replaces a trigger's status.
+func (t *Triggers) UpdateStatus(ctx context.Context, key triggers.Key, st triggers.Status) error {
+	return t.s.UpdateStatus(ctx, key.Namespace, key.Name, st)
+}
+
+// Delete removes a trigger or fails with ErrNotFound.
+func (t *Triggers) Delete(ctx context.Context, key triggers.Key) error {
+	return t.s.Delete(ctx, key.Namespace, key.Name)
+}
+
+// Jobs stores jobs. It is safe for concurrent use.
+type Jobs struct {
+	s *objstore.Store[triggers.JobSpec, triggers.JobStatus]
+}
+
+// NewJobs returns the job store.
+func NewJobs(db *gorm.DB) *Jobs {
+	return &Jobs{s: objstore.New[triggers.JobSpec, triggers.JobStatus](db, "jobs", "job")}
+}
+
+type jobObject = objstore.Object[triggers.JobSpec, triggers.JobStatus]
+
+func toJob(o *jobObject) *triggers.Job {
+	return &triggers.Job{Name: o.Name, Namespace: o.Namespace, JobSpec: o.Spec, Generation: o.Generation,
+		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Status: o.Status}
+}
+
+func oneJob(o *jobObject, err error) (*triggers.Job, error) {
+	if err != nil {
+		return nil, err
+	}
+	return toJob(o), nil
+}
+
+// Create stores a new job with generation 1.
+func (j *Jobs) Create(ctx context.Context, job *triggers.Job) (*triggers.Job, error) {
+	return oneJob(j.s.Create(ctx, &jobObject{Namespace: job.Namespace, Name: job.Name, Function: job.Function, Spec: job.JobSpec}))
+}
+
+// Get returns one job or ErrNotFound.
+func (j *Jobs) Get(ctx context.Context, key triggers.Key) (*triggers.Job, error) {
+	return oneJob(j.s.Get(ctx, key.Namespace, key.Name))
+}
+
+// List returns a page of a namespace's jobs by name.
+func (j *Jobs) List(ctx context.Context, ns, after string, limit int) ([]*triggers.Job, bool, error) {
+	objs, more, err := j.s.List(ctx, ns, after, limit)
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]*triggers.Job, len(objs))
+	for i, o := range objs {
+		out[i] = toJob(o)
+	}
+	return out, more, nil
+}
+
+// Keys returns every job's key.
+func (j *Jobs) Keys(ctx context.Context) ([]triggers.Key, error) {
+	objs, err := j.s.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]triggers.Key, len(objs))
+	for i, o := range objs {
+		keys[i] = triggers.Key{Namespace: o.Namespace, Name: o.Name}
+	}
+	return keys, nil
+}
+
+// UpdateSpec replaces a job's spec and increments its generation.
+func (j *Jobs) UpdateSpec(ctx context.Context, key triggers.Key, spec triggers.JobSpec) (*triggers.Job, error) {
+	return oneJob(j.s.UpdateSpec(ctx, key.Namespace, key.Name, spec.Function, spec))
+}
+
+// UpdateStatus replaces a job's status.
+func (j *Jobs) UpdateStatus(ctx context.Context, key triggers.Key, st triggers.JobStatus) error {
+	return j.s.UpdateStatus(ctx, key.Namespace, key.Name, st)
+}
+
+// Delete removes a job or fails with ErrNotFound.
+func (j *Jobs) Delete(ctx context.Context, key triggers.Key) error {
+	return j.s.Delete(ctx, key.Namespace, key.Name)
+}
