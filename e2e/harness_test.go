@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ type server struct {
 	endpoint string
 	token    string
 	cmd      *exec.Cmd
-	logs     *syncBuffer
+	logs     *testenv.SyncBuffer
 	done     chan struct{}
 }
 
@@ -91,7 +90,7 @@ func (s *server) start() {
 	if s.opts.blobURL != "" {
 		args = append(args, "--blob-url", s.opts.blobURL)
 	}
-	s.logs = &syncBuffer{}
+	s.logs = &testenv.SyncBuffer{}
 	s.cmd = exec.Command(binary, args...)
 	s.cmd.Env = append(cleanEnv(), s.opts.env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
@@ -258,24 +257,6 @@ func freePort(t *testing.T) string {
 	defer ln.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // s3Options returns server options that use PostgreSQL and S3, or ends the

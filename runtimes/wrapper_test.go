@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/runtimes"
 )
 
@@ -1051,8 +1052,8 @@ func testExpectContinue(t *testing.T, s *suite) {
 type instance struct {
 	sock   string
 	client *http.Client
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout testenv.SyncBuffer
+	stderr testenv.SyncBuffer
 	exited chan struct{}
 	state  *os.ProcessState // set when exited is closed
 	ready  *os.File         // read end of the --ready-fd pipe
@@ -1413,22 +1414,4 @@ func eventually(t *testing.T, what string, cond func() bool, state func() string
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writers and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -140,7 +140,7 @@ func startVersitygw(t testing.TB, bin string) (S3Server, error) {
 	cmd := exec.Command(bin, "--port", srv.Endpoint, "--region", srv.Region,
 		"--health", "/health", "--quiet", "posix", dir)
 	cmd.Env = append(serverEnv(), "ROOT_ACCESS_KEY="+srv.AccessKey, "ROOT_SECRET_KEY="+srv.SecretKey)
-	out := &syncBuffer{}
+	out := &SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	p, err := startProcess(cmd)
@@ -265,20 +265,22 @@ func waitReady(p *process, healthURL string) error {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a child's
+// SyncBuffer is a bytes.Buffer safe for the concurrent writes of a child's
 // stdout and stderr copiers and reads by the test.
-type syncBuffer struct {
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write implements io.Writer.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns what was written.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

@@ -15,8 +15,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
+	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/internal/tail"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/safezip"
@@ -39,9 +39,8 @@ type Builder struct {
 	runtimes Runtimes
 	limits   safezip.Limits
 	log      *slog.Logger
-
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	// locks serializes the builds of one artifact.
+	locks keylock.Map[string]
 }
 
 // New returns a builder that keeps artifacts in dir, removing what builds
@@ -59,7 +58,7 @@ func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limi
 			return nil, fmt.Errorf("removing an interrupted build: %w", err)
 		}
 	}
-	return &Builder{dir: dir, blobs: blobs, runtimes: runtimes, limits: limits, log: log, locks: map[string]*sync.Mutex{}}, nil
+	return &Builder{dir: dir, blobs: blobs, runtimes: runtimes, limits: limits, log: log}, nil
 }
 
 var _ build.Builder = (*Builder)(nil)
@@ -71,8 +70,7 @@ func (b *Builder) Build(ctx context.Context, req build.Request) (build.Result, e
 		return build.Result{}, &build.Error{Msg: err.Error(), Err: err}
 	}
 	id := artifactID(req)
-	unlock := b.lock(id)
-	defer unlock()
+	defer b.locks.Lock(id)()
 
 	final := filepath.Join(b.dir, id)
 	res := build.Result{Artifact: final, Reused: true}
@@ -95,18 +93,6 @@ func (b *Builder) Build(ctx context.Context, req build.Request) (build.Result, e
 func artifactID(req build.Request) string {
 	h := sha256.Sum256([]byte(req.Runtime + "\x00" + req.CodeSHA256))
 	return hex.EncodeToString(h[:])
-}
-
-func (b *Builder) lock(id string) func() {
-	b.mu.Lock()
-	m, ok := b.locks[id]
-	if !ok {
-		m = &sync.Mutex{}
-		b.locks[id] = m
-	}
-	b.mu.Unlock()
-	m.Lock()
-	return m.Unlock
 }
 
 // build extracts the code and installs its dependencies in a temporary

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"sless.kube5s.ru/sless/internal/controller"
+	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/triggers"
 	"sless.kube5s.ru/sless/modules/triggers/trstore"
@@ -34,7 +35,9 @@ type JobReconciler struct {
 
 	mu      sync.Mutex
 	running map[triggers.Key]bool
-	locks   map[triggers.Key]*sync.Mutex
+	// locks serializes the status writes of one job between reconciles and
+	// its run.
+	locks keylock.Map[triggers.Key]
 
 	runCtx    context.Context
 	cancelRun context.CancelFunc
@@ -44,7 +47,7 @@ type JobReconciler struct {
 // NewJobReconciler returns the reconciler.
 func NewJobReconciler(store *trstore.Jobs, invoker invoke.Invoker, ledger invoke.Ledger, log *slog.Logger) *JobReconciler {
 	return &JobReconciler{store: store, invoker: invoker, ledger: ledger, log: log,
-		running: map[triggers.Key]bool{}, locks: map[triggers.Key]*sync.Mutex{}}
+		running: map[triggers.Key]bool{}}
 }
 
 // Start prepares the context of runs.
@@ -68,20 +71,6 @@ func (r *JobReconciler) Stop(ctx context.Context) error {
 	}
 }
 
-// lock serializes the status writes of one job between reconciles and its
-// run.
-func (r *JobReconciler) lock(key triggers.Key) func() {
-	r.mu.Lock()
-	m, ok := r.locks[key]
-	if !ok {
-		m = &sync.Mutex{}
-		r.locks[key] = m
-	}
-	r.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
-
 func (r *JobReconciler) isRunning(key triggers.Key) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -90,7 +79,7 @@ func (r *JobReconciler) isRunning(key triggers.Key) bool {
 
 // Reconcile implements controller.ReconcileFunc.
 func (r *JobReconciler) Reconcile(ctx context.Context, key triggers.Key) (controller.Result, error) {
-	defer r.lock(key)()
+	defer r.locks.Lock(key)()
 	j, err := r.store.Get(ctx, key)
 	if errors.Is(err, trstore.ErrNotFound) {
 		return controller.Result{}, nil
@@ -169,7 +158,7 @@ func (r *JobReconciler) run(j *triggers.Job, st triggers.JobStatus) {
 
 // finish writes a run's final status if the job still waits for it.
 func (r *JobReconciler) finish(key triggers.Key, st triggers.JobStatus) {
-	defer r.lock(key)()
+	defer r.locks.Lock(key)()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runCtx), 10*time.Second)
 	defer cancel()
 	j, err := r.store.Get(ctx, key)

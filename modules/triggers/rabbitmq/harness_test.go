@@ -1,7 +1,6 @@
 package rabbitmq
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -128,31 +127,13 @@ func (r *fakeReporter) count(kind, substr string) int {
 	return n
 }
 
-// syncBuffer is a bytes.Buffer for concurrent log writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // harness is a Runner with fakes on a vhost of its own.
 type harness struct {
 	t     *testing.T
 	vhost testenv.RabbitMQVhost
 	inv   *fakeInvoker
 	rep   *fakeReporter
-	logs  *syncBuffer
+	logs  *testenv.SyncBuffer
 	r     *Runner
 	// password is the password of the triggers' URLs, to be found in no
 	// event and no log line.
@@ -164,7 +145,7 @@ type harness struct {
 // has the password of the vhost's URL.
 func newHarness(t *testing.T, a answer) *harness {
 	t.Parallel()
-	h := &harness{t: t, vhost: testenv.RabbitMQ(t), inv: &fakeInvoker{answer: a}, rep: &fakeReporter{}, logs: &syncBuffer{}, password: testenvPassword}
+	h := &harness{t: t, vhost: testenv.RabbitMQ(t), inv: &fakeInvoker{answer: a}, rep: &fakeReporter{}, logs: &testenv.SyncBuffer{}, password: testenvPassword}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.r = New(h.inv, h.rep, log,
 		WithRetryBackoff(time.Millisecond, 10*time.Millisecond),
