@@ -89,8 +89,9 @@ func deploy(ctx context.Context, g *globals, f *deployFlags, dir string, stdout,
 		}
 		fmt.Fprintf(stderr, "updated function %s/%s\n", ns, f.name)
 	}
+	var trigger *triggers.Trigger
 	if f.http {
-		if err := ensureHTTPTrigger(ctx, c, ns, f.name, stderr); err != nil {
+		if trigger, err = ensureHTTPTrigger(ctx, c, ns, f.name, stderr); err != nil {
 			return err
 		}
 	}
@@ -119,28 +120,53 @@ func deploy(ctx context.Context, g *globals, f *deployFlags, dir string, stdout,
 		}
 		return fmt.Errorf("function %s/%s failed: %s", ns, f.name, settled.Status.Message)
 	}
+	if trigger != nil {
+		if err := waitTriggerObserved(waitCtx, c, trigger); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(stderr, "ready in %s\n", since(start))
 	return printFunctionResult(g, stdout, settled, c)
 }
 
 // ensureHTTPTrigger creates an http trigger named after the function unless
-// the function has an http trigger already.
-func ensureHTTPTrigger(ctx context.Context, c *client.Client, ns, name string, stderr io.Writer) error {
+// the function has an http trigger already, and returns the one it created.
+func ensureHTTPTrigger(ctx context.Context, c *client.Client, ns, name string, stderr io.Writer) (*triggers.Trigger, error) {
 	ts, err := c.ListTriggers(ctx, ns)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, t := range ts {
 		if t.Function == name && t.Type == triggers.TypeHTTP {
-			return nil
+			return nil, nil
 		}
 	}
-	if _, err := c.CreateTrigger(ctx, &triggers.Trigger{Name: name, Namespace: ns,
-		Spec: triggers.Spec{Function: name, Type: triggers.TypeHTTP}}); err != nil {
-		return fmt.Errorf("exposing the function on /fn: %w", err)
+	t, err := c.CreateTrigger(ctx, &triggers.Trigger{Name: name, Namespace: ns,
+		Spec: triggers.Spec{Function: name, Type: triggers.TypeHTTP}})
+	if err != nil {
+		return nil, fmt.Errorf("exposing the function on /fn: %w", err)
 	}
 	fmt.Fprintf(stderr, "created http trigger %s/%s\n", ns, name)
-	return nil
+	return t, nil
+}
+
+// waitTriggerObserved waits until the server applied a new trigger, so that
+// the printed URL answers when deploy returns.
+func waitTriggerObserved(ctx context.Context, c *client.Client, t *triggers.Trigger) error {
+	for {
+		got, err := c.GetTrigger(ctx, t.Namespace, t.Name)
+		if err != nil {
+			return err
+		}
+		if got.Status.ObservedGeneration >= t.Generation {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for trigger %s/%s: %w", t.Namespace, t.Name, context.Cause(ctx))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

@@ -33,6 +33,8 @@ def handle(event, context):
         os._exit(7)
     if mode == "env":
         return os.environ.get("GREETING")
+    if mode == "headers":
+        return context.headers
     return {"message": "Hello, " + event.get("name", "world") + "!"}
 `
 
@@ -155,7 +157,14 @@ func TestInvoke(t *testing.T) {
 		}
 		s.api("POST", "/v1/namespaces/default/functions", "application/json", []byte(`{"name": "empty", "runtime": "python3.11"}`))
 		s.api("POST", "/v1/namespaces/default/triggers", "application/json", []byte(`{"name": "empty", "function": "empty", "type": "http"}`))
-		if code, _, body := s.post("/fn/default/empty", `{}`); code != 503 || !strings.Contains(body, "Pending") {
+		// The trigger opens /fn once reconciled, a moment after it is created.
+		var code int
+		var body string
+		s.waitFor("the new http trigger to open /fn", func() bool {
+			code, _, body = s.post("/fn/default/empty", `{}`)
+			return code != 404
+		})
+		if code != 503 || !strings.Contains(body, "Pending") {
 			t.Errorf("no code yet: %d %s; want 503 naming the phase", code, body)
 		}
 		if code, _, _ := s.post("/fn/default/py/_sless/specialize", `{}`); code != 404 {
@@ -179,13 +188,21 @@ func TestInvoke(t *testing.T) {
 		if strings.TrimSpace(out) != `{"message":"Hello, cli!"}` {
 			t.Errorf("sless invoke: %q", out)
 		}
+		if out := s.mustCLI("invoke", "py", "-d", `{"mode": "headers"}`); strings.Contains(strings.ToLower(out), "authorization") {
+			t.Errorf("the function saw the API token: %s", out)
+		}
 		_, errOut, err := s.cli("invoke", "py", "-d", `{"mode": "raise"}`)
 		if err == nil || !strings.Contains(errOut, "HTTP 500") {
 			t.Errorf("sless invoke of a failing handler: %v %s", err, errOut)
 		}
-		list := s.mustCLI("invocations", "py", "--status", "error")
-		if !strings.Contains(list, "500") || strings.Contains(list, "\t200\t") {
-			t.Errorf("sless invocations --status error:\n%s", list)
+		// The ledger writes shortly after the answer.
+		var list string
+		s.waitFor("the failed invocation in the listing", func() bool {
+			list = s.mustCLI("invocations", "py", "--status", "error")
+			return strings.Contains(list, "500")
+		})
+		if strings.Contains(list, " 200 ") {
+			t.Errorf("sless invocations --status error lists a success:\n%s", list)
 		}
 	})
 	t.Run("deleted function answers 404", func(t *testing.T) {

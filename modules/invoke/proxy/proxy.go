@@ -90,6 +90,8 @@ func (p *Proxy) serveFn(c *gin.Context) {
 }
 
 func (p *Proxy) serveCLI(c *gin.Context) {
+	// The API token authorized the call; the function must not see it.
+	c.Request.Header.Del("Authorization")
 	p.serve(c.Request.Context(), &call{ns: c.Param("ns"), name: c.Param("name"), path: "/", r: c.Request, w: c.Writer,
 		kind: invoke.KindCLI, trigger: []byte(`{"kind":"cli"}`)})
 }

@@ -96,7 +96,7 @@ func New(cfg Config, runtimes Runtimes, log *slog.Logger) *Executor {
 }
 
 // Start creates the executor's runtime directory and starts the idle reaper.
-func (e *Executor) Start(context.Context) error {
+func (e *Executor) Start(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "sless-run-")
 	if err != nil {
 		return fmt.Errorf("creating the instance directory: %w", err)
@@ -105,7 +105,8 @@ func (e *Executor) Start(context.Context) error {
 	e.baseEnv = baseEnv()
 	e.mem = newMemoryLimiter(filepath.Base(dir))
 	e.log.Info("instance memory limits", "mechanism", e.mem.mode)
-	e.ctx, e.cancel = context.WithCancel(context.Background())
+	// Instances outlive the start context; Stop cancels theirs.
+	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.wg.Go(e.reapLoop)
 	return nil
 }
