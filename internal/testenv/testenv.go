@@ -1,5 +1,5 @@
-// Package testenv gives tests real services (PostgreSQL, an S3 server) and
-// decides what happens when one is missing.
+// Package testenv gives tests real services (PostgreSQL, RabbitMQ, an S3
+// server) and decides what happens when one is missing.
 //
 // The rule: `go test ./...` on a fresh machine passes, skipping the tests
 // whose service is missing, with a message naming SLESS_REQUIRE_SERVICES.
