@@ -306,3 +306,24 @@ func TestWarmAndSuspend(t *testing.T) {
 		t.Errorf("after suspending: %+v; want a cold start in a new process (old pid %s)", r, first.body)
 	}
 }
+
+func TestStaleCgroupsAreRemoved(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	dir, ok := local.CgroupParentOf(e)
+	if !ok {
+		t.Skip("no writable memory cgroup on this machine: memory is limited with RLIMIT_DATA")
+	}
+	// What a server with pid 2^22+1 (above pid_max's usual maximum) killed
+	// before its stop leaves behind.
+	stale := filepath.Join(filepath.Dir(dir), "sless-4194305-sless-run-1")
+	if err := os.MkdirAll(filepath.Join(stale, "i1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	newExecutor(t, local.Config{})
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale cgroup %s is still there: %v", stale, err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("the running executor's cgroup %s was removed: %v", dir, err)
+	}
+}

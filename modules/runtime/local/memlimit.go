@@ -35,16 +35,22 @@ type memoryLimiter struct {
 // stack a wrapper thread reserves.
 const threadStack = 8 << 20
 
+// parentPrefix starts the name of an executor's parent cgroup, followed by
+// the server's pid, so that a later server can tell the cgroups of a dead one.
+const parentPrefix = "sless-"
+
 // newMemoryLimiter finds a writable memory cgroup below the server's own and
-// creates the parent of the instances' cgroups there, or falls back to
-// RLIMIT_DATA.
+// creates the parent of the instances' cgroups there, named after the server's
+// pid and name, or falls back to RLIMIT_DATA. It removes the cgroups that
+// servers killed before their stop left behind.
 func newMemoryLimiter(name string) *memoryLimiter {
 	for _, find := range []func() (string, bool, error){cgroupV2Dir, cgroupV1Dir} {
 		dir, v2, err := find()
 		if err != nil {
 			continue
 		}
-		parent := filepath.Join(dir, name)
+		removeStale(dir)
+		parent := filepath.Join(dir, fmt.Sprintf("%s%d-%s", parentPrefix, os.Getpid(), name))
 		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			continue
 		}
@@ -63,6 +69,37 @@ func newMemoryLimiter(name string) *memoryLimiter {
 		return &memoryLimiter{mode: mode + " " + parent, parent: parent, v2: v2}
 	}
 	return &memoryLimiter{mode: "RLIMIT_DATA (no writable memory cgroup)"}
+}
+
+// removeStale removes the parent cgroups, and their instances' cgroups, of
+// servers that no longer run. A cgroup whose processes still run is kept
+// (rmdir refuses it).
+func removeStale(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), parentPrefix)
+		pidText, _, ok2 := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !e.IsDir() || !ok || !ok2 || err != nil || processAlive(pid) {
+			continue
+		}
+		parent := filepath.Join(dir, e.Name())
+		children, _ := os.ReadDir(parent)
+		for _, c := range children {
+			if c.IsDir() {
+				os.Remove(filepath.Join(parent, c.Name()))
+			}
+		}
+		os.Remove(parent)
+	}
+}
+
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 // memCgroup is one instance's cgroup; nil in rlimit mode.

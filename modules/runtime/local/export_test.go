@@ -1,0 +1,4 @@
+package local
+
+// CgroupParentOf returns the parent memory cgroup of e's instances, if any.
+func CgroupParentOf(e *Executor) (string, bool) { return e.mem.parent, e.mem.parent != "" }
