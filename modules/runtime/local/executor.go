@@ -75,7 +75,8 @@ type Executor struct {
 	baseEnv []string
 	mem     *memoryLimiter
 
-	mu     sync.Mutex
+	// mu guards the maps; every invocation reads pools.
+	mu     sync.RWMutex
 	pools  map[string]*pool
 	spares map[string]*spares
 	// wrappers maps a runtime to its wrapper file, written once.
@@ -184,9 +185,9 @@ func (e *Executor) Undeploy(_ context.Context, ns, name string) error {
 
 // Acquire implements runtime.Executor.
 func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease, error) {
-	e.mu.Lock()
+	e.mu.RLock()
 	pl, ok := e.pools[key(ns, name)]
-	e.mu.Unlock()
+	e.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
 	}
@@ -195,9 +196,9 @@ func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease,
 
 // Warm implements runtime.Executor.
 func (e *Executor) Warm(_ context.Context, ns, name string) error {
-	e.mu.Lock()
+	e.mu.RLock()
 	pl, ok := e.pools[key(ns, name)]
-	e.mu.Unlock()
+	e.mu.RUnlock()
 	if !ok {
 		return fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
 	}
@@ -331,12 +332,12 @@ func (e *Executor) reapLoop() {
 			return
 		case <-tick.C:
 		}
-		e.mu.Lock()
+		e.mu.RLock()
 		pools := make([]*pool, 0, len(e.pools))
 		for _, p := range e.pools {
 			pools = append(pools, p)
 		}
-		e.mu.Unlock()
+		e.mu.RUnlock()
 		now := time.Now()
 		for _, p := range pools {
 			for _, inst := range p.reap(now, e.cfg.IdleTimeout) {

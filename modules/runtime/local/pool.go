@@ -14,9 +14,8 @@ import (
 
 // instance is a specialized process serving one version of a function.
 type instance struct {
-	proc    *process
-	version string
-	target  *runtime.Target // the version it was started for
+	proc   *process
+	target *runtime.Target // the version it was started for
 	// Guarded by the pool's mutex:
 	inflight int
 	lastUsed time.Time
@@ -30,10 +29,10 @@ type waiter struct {
 	ch chan grant
 }
 
-// grant hands a waiter an instance (with inflight already counted) or an error.
+// grant hands a waiter a lease (its capacity counted already) or an error.
 type grant struct {
-	inst *instance
-	err  error
+	lease *lease
+	err   error
 }
 
 // pool holds the instances of one function.
@@ -118,9 +117,9 @@ func (p *pool) acquire(ctx context.Context) (runtime.Lease, error) {
 		return nil, fmt.Errorf("%s: %w", p.key, runtime.ErrNotDeployed)
 	}
 	if inst := p.pickLocked(); inst != nil {
-		inst.inflight++
+		l := p.leaseLocked(inst)
 		p.mu.Unlock()
-		return p.lease(inst), nil
+		return l, nil
 	}
 	if n := len(p.waiters); n >= p.e.cfg.QueueDepth {
 		p.mu.Unlock()
@@ -141,7 +140,7 @@ func (p *pool) acquire(ctx context.Context) (runtime.Lease, error) {
 		if g.err != nil {
 			return nil, g.err
 		}
-		return p.lease(g.inst), nil
+		return g.lease, nil
 	case <-ctx.Done():
 		cause = context.Cause(ctx)
 	case <-timer.C:
@@ -155,8 +154,8 @@ func (p *pool) acquire(ctx context.Context) (runtime.Lease, error) {
 	}
 	p.mu.Unlock()
 	// Granted meanwhile: give the capacity back.
-	if g := <-w.ch; g.inst != nil {
-		p.release(g.inst)
+	if g := <-w.ch; g.lease != nil {
+		g.lease.Release()
 	}
 	return nil, cause
 }
@@ -183,8 +182,7 @@ func (p *pool) dispatchLocked() {
 		if inst == nil {
 			break
 		}
-		inst.inflight++
-		p.waiters[0].ch <- grant{inst: inst}
+		p.waiters[0].ch <- grant{lease: p.leaseLocked(inst)}
 		p.waiters = p.waiters[1:]
 	}
 	for len(p.waiters) > p.starting*p.target.Concurrency && len(p.instances)+p.starting < p.target.MaxInstances {
@@ -233,7 +231,7 @@ func (p *pool) started(t *runtime.Target, pr *process, took time.Duration, err e
 		p.dispatchLocked()
 		return
 	}
-	inst := &instance{proc: pr, version: t.Version, target: t, lastUsed: time.Now()}
+	inst := &instance{proc: pr, target: t, lastUsed: time.Now()}
 	if len(p.waiters) > 0 {
 		// Started on demand: the invocation it serves first waited for it.
 		inst.coldStart = took
@@ -319,16 +317,16 @@ func (p *pool) reapLocked(expired func(*instance) bool, keep int) []*instance {
 	return out
 }
 
-func (p *pool) lease(inst *instance) *lease {
-	p.mu.Lock()
-	cold := inst.coldStart
+// leaseLocked takes one invocation's capacity of inst. The first lease of an
+// instance started on demand reports its cold start.
+func (p *pool) leaseLocked(inst *instance) *lease {
+	inst.inflight++
+	l := &lease{pool: p, inst: inst, target: inst.target, cold: inst.coldStart}
 	inst.coldStart = 0
-	t := inst.target
-	if p.target.Version == inst.version {
-		t = p.target // limits and timeout changed in place
+	if p.target.Version == inst.target.Version {
+		l.target = p.target // limits and timeout changed in place
 	}
-	p.mu.Unlock()
-	return &lease{pool: p, inst: inst, target: t, cold: cold}
+	return l
 }
 
 // lease implements runtime.Lease.
