@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sless.kube5s.ru/sless/client"
+	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/invoke"
 )
 
@@ -159,7 +160,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 					return nil
 				case <-time.After(time.Second):
 				}
-				if last, err = printRecent(cmd.Context(), c, ns, args[0], last, client.MaxPage, out); err != nil {
+				if last, err = printRecent(cmd.Context(), c, ns, args[0], last, validation.MaxPageSize, out); err != nil {
 					return err
 				}
 			}

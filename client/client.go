@@ -293,6 +293,3 @@ func (c *Client) GetInvocation(ctx context.Context, ns, id string) (*invoke.Reco
 	var out invoke.Record
 	return &out, c.doJSON(ctx, http.MethodGet, "/v1/namespaces/"+url.PathEscape(ns)+"/invocations/"+url.PathEscape(id), nil, &out)
 }
-
-// MaxPage is the largest page size of list calls.
-const MaxPage = 500

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/triggers"
 )
 
@@ -27,7 +28,7 @@ func listAll[T any](ctx context.Context, c *Client, path string) ([]T, error) {
 			Items    []T    `json:"items"`
 			Continue string `json:"continue"`
 		}
-		p := path + "?limit=" + fmt.Sprint(MaxPage)
+		p := path + "?limit=" + fmt.Sprint(validation.MaxPageSize)
 		if after != "" {
 			p += "&continue=" + url.QueryEscape(after)
 		}

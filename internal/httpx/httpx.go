@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -151,4 +152,43 @@ func position(body []byte, offset int64) (line, col int) {
 // fx.Provide adds its result to RoutesGroup.
 func AsRoutes(ctor any) any {
 	return fx.Annotate(ctor, fx.As(new(Routes)), fx.ResultTags(RoutesGroup))
+}
+
+// ListResponse is the body of a list call of objects ordered by name.
+type ListResponse[T any] struct {
+	Items []T `json:"items"`
+	// Continue, when set, is passed as ?continue= to get the next page.
+	Continue string `json:"continue,omitempty"`
+}
+
+// PageLimit reads the ?limit= of a list call: validation.DefaultPageSize
+// when it is absent, a 400 when it is not a number from 1 to
+// validation.MaxPageSize.
+func PageLimit(c *gin.Context) (int, error) {
+	s := c.Query("limit")
+	if s == "" {
+		return validation.DefaultPageSize, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > validation.MaxPageSize {
+		return 0, Errorf(http.StatusBadRequest, "limit must be a number between 1 and %d", validation.MaxPageSize)
+	}
+	return n, nil
+}
+
+// BindNames fills a body's namespace from the URL's :ns and, for an update,
+// its name from :name, refusing a body that names others: objects of kind
+// ("function") cannot move or be renamed.
+func BindNames(c *gin.Context, kind string, ns, name *string, update bool) error {
+	if *ns != "" && *ns != c.Param("ns") {
+		return Errorf(http.StatusBadRequest, "namespace %q in the body does not match %q in the URL", *ns, c.Param("ns"))
+	}
+	*ns = c.Param("ns")
+	if update {
+		if *name != "" && *name != c.Param("name") {
+			return Errorf(http.StatusBadRequest, "name %q in the body does not match %q in the URL; %ss cannot be renamed", *name, c.Param("name"), kind)
+		}
+		*name = c.Param("name")
+	}
+	return nil
 }

@@ -78,3 +78,18 @@ func CheckRange(v, lo, hi int) string {
 	}
 	return ""
 }
+
+// Page sizes of every list call of the API.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// PageSize returns the page size to use for a requested limit: the default
+// for 0 (or less), at most MaxPageSize.
+func PageSize(limit int) int {
+	if limit <= 0 {
+		return DefaultPageSize
+	}
+	return min(limit, MaxPageSize)
+}

@@ -97,17 +97,11 @@ func (f *Function) Key() Key { return Key{f.Namespace, f.Name} }
 
 // ListOptions selects a page of a list.
 type ListOptions struct {
-	// Limit is the page size; 0 means DefaultPageSize.
+	// Limit is the page size; see validation.PageSize.
 	Limit int
 	// After is the name after which the page starts (a continue token).
 	After string
 }
-
-// Page sizes of list calls.
-const (
-	DefaultPageSize = 50
-	MaxPageSize     = 500
-)
 
 // Store persists functions. Implementations are safe for concurrent use.
 // Writes of the spec and of the status never overwrite each other.

@@ -64,7 +64,7 @@ type Query struct {
 	Status string
 	// TriggerKind and TriggerName, when set, select what caused them.
 	TriggerKind, TriggerName string
-	// Limit is the page size; 0 means 50, at most 500.
+	// Limit is the page size; 0 means 50, at most 500 (validation.PageSize).
 	Limit int
 	// Before is a cursor: the id of the last record of the previous page.
 	Before string

@@ -12,7 +12,6 @@ import (
 	"mime"
 	"net/http"
 	"os"
-	"strconv"
 
 	"github.com/dustin/go-humanize"
 	"github.com/gin-gonic/gin"
@@ -54,13 +53,6 @@ func (a *API) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
 
 func (a *API) handle(h httpx.HandlerFunc) gin.HandlerFunc { return httpx.Handle(a.log, h) }
 
-// ListResponse is the body of a list call.
-type ListResponse struct {
-	Items []*functions.Function `json:"items"`
-	// Continue, when set, is passed as ?continue= to get the next page.
-	Continue string `json:"continue,omitempty"`
-}
-
 func key(c *gin.Context) functions.Key {
 	return functions.Key{Namespace: c.Param("ns"), Name: c.Param("name")}
 }
@@ -70,7 +62,7 @@ func (a *API) create(c *gin.Context) error {
 	if err := httpx.DecodeJSON(c, &fn); err != nil {
 		return err
 	}
-	if err := checkNamespace(c, &fn); err != nil {
+	if err := httpx.BindNames(c, "function", &fn.Namespace, &fn.Name, false); err != nil {
 		return err
 	}
 	functions.ApplyDefaults(&fn.Spec, a.runtimes)
@@ -89,31 +81,16 @@ func (a *API) create(c *gin.Context) error {
 	return nil
 }
 
-// checkNamespace fills the body's namespace from the URL, or rejects a body
-// that names another one.
-func checkNamespace(c *gin.Context, fn *functions.Function) error {
-	ns := c.Param("ns")
-	if fn.Namespace != "" && fn.Namespace != ns {
-		return httpx.Errorf(http.StatusBadRequest, "namespace %q in the body does not match %q in the URL", fn.Namespace, ns)
-	}
-	fn.Namespace = ns
-	return nil
-}
-
 func (a *API) list(c *gin.Context) error {
-	opts := functions.ListOptions{After: c.Query("continue")}
-	if s := c.Query("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > functions.MaxPageSize {
-			return httpx.Errorf(http.StatusBadRequest, "limit must be a number between 1 and %d", functions.MaxPageSize)
-		}
-		opts.Limit = n
-	}
-	items, more, err := a.store.List(c, c.Param("ns"), opts)
+	limit, err := httpx.PageLimit(c)
 	if err != nil {
 		return err
 	}
-	resp := ListResponse{Items: items}
+	items, more, err := a.store.List(c, c.Param("ns"), functions.ListOptions{After: c.Query("continue"), Limit: limit})
+	if err != nil {
+		return err
+	}
+	resp := httpx.ListResponse[*functions.Function]{Items: items}
 	if more {
 		resp.Continue = items[len(items)-1].Name
 	}
@@ -143,13 +120,7 @@ func (a *API) update(c *gin.Context) error {
 	if err := httpx.DecodeJSON(c, &fn); err != nil {
 		return err
 	}
-	if fn.Name == "" {
-		fn.Name = k.Name
-	}
-	if fn.Name != k.Name {
-		return httpx.Errorf(http.StatusBadRequest, "name %q in the body does not match %q in the URL; functions cannot be renamed", fn.Name, k.Name)
-	}
-	if err := checkNamespace(c, &fn); err != nil {
+	if err := httpx.BindNames(c, "function", &fn.Namespace, &fn.Name, true); err != nil {
 		return err
 	}
 	functions.ApplyDefaults(&fn.Spec, a.runtimes)

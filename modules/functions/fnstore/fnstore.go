@@ -11,6 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
@@ -107,11 +108,7 @@ func (s *Store) get(db *gorm.DB, key functions.Key) (*row, error) {
 
 // List implements functions.Store.
 func (s *Store) List(ctx context.Context, namespace string, opts functions.ListOptions) ([]*functions.Function, bool, error) {
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = functions.DefaultPageSize
-	}
-	limit = min(limit, functions.MaxPageSize)
+	limit := validation.PageSize(opts.Limit)
 	var rows []row
 	err := s.db.WithContext(ctx).Where("namespace = ? AND name > ?", namespace, opts.After).
 		Order("name").Limit(limit + 1).Find(&rows).Error

@@ -21,6 +21,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/invoke"
 )
 
@@ -201,7 +202,7 @@ func (l *Ledger) List(ctx context.Context, namespace string, q invoke.Query) ([]
 	if err := validateQuery(q); err != nil {
 		return nil, "", err
 	}
-	limit := pageSize(q.Limit)
+	limit := validation.PageSize(q.Limit)
 	var rows []row
 	// Omit keeps the logs, the bulk of a row, out of the query altogether.
 	tx := l.db.WithContext(ctx).Omit("logs").Where("namespace = ?", namespace)

@@ -12,12 +12,6 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke"
 )
 
-// Page sizes of List, as invoke.Query defines them.
-const (
-	defaultPageSize = 50
-	maxPageSize     = 500
-)
-
 // Status filters of invoke.Query besides a status code.
 const (
 	statusSuccess = "success"
@@ -29,15 +23,6 @@ const failedStatus = 400
 
 // triggerKinds are the kinds a query may select.
 var triggerKinds = []string{invoke.KindHTTP, invoke.KindCron, invoke.KindRabbitMQ, invoke.KindJob, invoke.KindCLI}
-
-// pageSize returns the page size of a query's limit: the default for zero
-// (or less), at most maxPageSize.
-func pageSize(limit int) int {
-	if limit <= 0 {
-		return defaultPageSize
-	}
-	return min(limit, maxPageSize)
-}
 
 // validateQuery checks the fields of q that a typo can make select nothing,
 // so that the caller learns of the typo instead.

@@ -19,9 +19,6 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke"
 )
 
-// maxLimit is the largest page a list call returns (invoke.Query's maximum).
-const maxLimit = 500
-
 // API is the invocations REST API.
 type API struct {
 	ledger invoke.Ledger
@@ -106,8 +103,8 @@ func ParseQuery(c *gin.Context, allowed []string) (invoke.Query, error) {
 	}
 	if s, ok := c.GetQuery("limit"); ok {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxLimit {
-			errs.Add("limit", "must be a number from 1 to %d (got %q)", maxLimit, s)
+		if err != nil || n < 1 || n > validation.MaxPageSize {
+			errs.Add("limit", "must be a number from 1 to %d (got %q)", validation.MaxPageSize, s)
 		}
 		q.Limit = n
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -60,48 +59,8 @@ func (a *API) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
 
 func (a *API) handle(h httpx.HandlerFunc) gin.HandlerFunc { return httpx.Handle(a.log, h) }
 
-// ListResponse is the body of a list call.
-type ListResponse[T any] struct {
-	Items []T `json:"items"`
-	// Continue, when set, is passed as ?continue= to get the next page.
-	Continue string `json:"continue,omitempty"`
-}
-
-const (
-	defaultPage = 50
-	maxPage     = 500
-)
-
 func key(c *gin.Context) triggers.Key {
 	return triggers.Key{Namespace: c.Param("ns"), Name: c.Param("name")}
-}
-
-func pageSize(c *gin.Context) (int, error) {
-	s := c.Query("limit")
-	if s == "" {
-		return defaultPage, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > maxPage {
-		return 0, httpx.Errorf(http.StatusBadRequest, "limit must be a number between 1 and %d", maxPage)
-	}
-	return n, nil
-}
-
-// bindNames fills namespace and name from the URL, refusing a body that
-// names others.
-func bindNames(c *gin.Context, kind string, ns, name *string, update bool) error {
-	if *ns != "" && *ns != c.Param("ns") {
-		return httpx.Errorf(http.StatusBadRequest, "namespace %q in the body does not match %q in the URL", *ns, c.Param("ns"))
-	}
-	*ns = c.Param("ns")
-	if update {
-		if *name != "" && *name != c.Param("name") {
-			return httpx.Errorf(http.StatusBadRequest, "name %q in the body does not match %q in the URL; %ss cannot be renamed", *name, c.Param("name"), kind)
-		}
-		*name = c.Param("name")
-	}
-	return nil
 }
 
 // checkFunction refuses a spec whose function does not exist.
@@ -143,7 +102,7 @@ func (a *API) createTrigger(c *gin.Context) error {
 	if err := httpx.DecodeJSON(c, &t); err != nil {
 		return err
 	}
-	if err := bindNames(c, "trigger", &t.Namespace, &t.Name, false); err != nil {
+	if err := httpx.BindNames(c, "trigger", &t.Namespace, &t.Name, false); err != nil {
 		return err
 	}
 	applyTriggerDefaults(&t)
@@ -164,7 +123,7 @@ func (a *API) createTrigger(c *gin.Context) error {
 }
 
 func (a *API) listTriggers(c *gin.Context) error {
-	limit, err := pageSize(c)
+	limit, err := httpx.PageLimit(c)
 	if err != nil {
 		return err
 	}
@@ -172,7 +131,7 @@ func (a *API) listTriggers(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	resp := ListResponse[*triggers.Trigger]{Items: make([]*triggers.Trigger, len(items))}
+	resp := httpx.ListResponse[*triggers.Trigger]{Items: make([]*triggers.Trigger, len(items))}
 	for i, t := range items {
 		resp.Items[i] = redacted(t)
 	}
@@ -198,7 +157,7 @@ func (a *API) updateTrigger(c *gin.Context) error {
 	if err := httpx.DecodeJSON(c, &t); err != nil {
 		return err
 	}
-	if err := bindNames(c, "trigger", &t.Namespace, &t.Name, true); err != nil {
+	if err := httpx.BindNames(c, "trigger", &t.Namespace, &t.Name, true); err != nil {
 		return err
 	}
 	old, err := a.triggers.Get(c, k)
@@ -263,7 +222,7 @@ func (a *API) createJob(c *gin.Context) error {
 	if err := httpx.DecodeJSON(c, &j); err != nil {
 		return err
 	}
-	if err := bindNames(c, "job", &j.Namespace, &j.Name, false); err != nil {
+	if err := httpx.BindNames(c, "job", &j.Namespace, &j.Name, false); err != nil {
 		return err
 	}
 	j.Payload = compactJSON(j.Payload)
@@ -283,7 +242,7 @@ func (a *API) createJob(c *gin.Context) error {
 }
 
 func (a *API) listJobs(c *gin.Context) error {
-	limit, err := pageSize(c)
+	limit, err := httpx.PageLimit(c)
 	if err != nil {
 		return err
 	}
@@ -291,7 +250,7 @@ func (a *API) listJobs(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	resp := ListResponse[*triggers.Job]{Items: items}
+	resp := httpx.ListResponse[*triggers.Job]{Items: items}
 	if more {
 		resp.Continue = items[len(items)-1].Name
 	}
@@ -314,7 +273,7 @@ func (a *API) updateJob(c *gin.Context) error {
 	if err := httpx.DecodeJSON(c, &j); err != nil {
 		return err
 	}
-	if err := bindNames(c, "job", &j.Namespace, &j.Name, true); err != nil {
+	if err := httpx.BindNames(c, "job", &j.Namespace, &j.Name, true); err != nil {
 		return err
 	}
 	j.Payload = compactJSON(j.Payload)
