@@ -121,7 +121,8 @@ func deploy(ctx context.Context, g *globals, f *deployFlags, dir string, stdout,
 		return fmt.Errorf("function %s/%s failed: %s", ns, f.name, settled.Status.Message)
 	}
 	if trigger != nil {
-		if err := waitTriggerObserved(waitCtx, c, trigger); err != nil {
+		// The printed URL answers when deploy returns.
+		if _, err := c.WaitTriggerApplied(waitCtx, ns, trigger.Name, trigger.Generation); err != nil {
 			return err
 		}
 	}
@@ -148,25 +149,6 @@ func ensureHTTPTrigger(ctx context.Context, c *client.Client, ns, name string, s
 	}
 	fmt.Fprintf(stderr, "created http trigger %s/%s\n", ns, name)
 	return t, nil
-}
-
-// waitTriggerObserved waits until the server applied a new trigger, so that
-// the printed URL answers when deploy returns.
-func waitTriggerObserved(ctx context.Context, c *client.Client, t *triggers.Trigger) error {
-	for {
-		got, err := c.GetTrigger(ctx, t.Namespace, t.Name)
-		if err != nil {
-			return err
-		}
-		if got.Status.ObservedGeneration >= t.Generation {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for trigger %s/%s: %w", t.Namespace, t.Name, context.Cause(ctx))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

@@ -198,26 +198,37 @@ func (c *Client) InvokeURL(ns, name string) string {
 // message changes. It returns the settled function; the caller checks its
 // phase.
 func (c *Client) WaitSettled(ctx context.Context, ns, name string, gen int64, progress func(*functions.Function)) (*functions.Function, error) {
-	interval := 25 * time.Millisecond
 	var last functions.Status
-	for {
-		fn, err := c.GetFunction(ctx, ns, name)
-		if err != nil {
-			return nil, err
-		}
-		if fn.Status.Phase != last.Phase || fn.Status.Message != last.Message {
-			last = fn.Status
-			if progress != nil {
-				progress(fn)
+	return poll(ctx, "function "+ns+"/"+name, func() (*functions.Function, error) { return c.GetFunction(ctx, ns, name) },
+		func(fn *functions.Function) (bool, string) {
+			if fn.Status.Phase != last.Phase || fn.Status.Message != last.Message {
+				last = fn.Status
+				if progress != nil {
+					progress(fn)
+				}
 			}
+			settled := fn.Status.ObservedGeneration >= gen &&
+				(fn.Status.Phase == functions.PhaseReady || fn.Status.Phase == functions.PhaseFailed)
+			return settled, "phase " + string(fn.Status.Phase)
+		})
+}
+
+// poll calls get, backing off from 25 ms to 1 s, until done reports true or
+// ctx ends; done also describes the state for the timeout's error.
+func poll[T any](ctx context.Context, what string, get func() (T, error), done func(T) (bool, string)) (T, error) {
+	interval := 25 * time.Millisecond
+	for {
+		v, err := get()
+		if err != nil {
+			return v, err
 		}
-		if fn.Status.ObservedGeneration >= gen &&
-			(fn.Status.Phase == functions.PhaseReady || fn.Status.Phase == functions.PhaseFailed) {
-			return fn, nil
+		ok, state := done(v)
+		if ok {
+			return v, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fn, fmt.Errorf("waiting for function %s/%s: %w (phase %s)", ns, name, context.Cause(ctx), fn.Status.Phase)
+			return v, fmt.Errorf("waiting for %s: %w (%s)", what, context.Cause(ctx), state)
 		case <-time.After(interval):
 		}
 		interval = min(interval*2, time.Second)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"time"
 
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/triggers"
@@ -101,20 +100,18 @@ func (c *Client) DeleteJob(ctx context.Context, ns, name string) error {
 
 // WaitJob polls a job until the run runID has finished.
 func (c *Client) WaitJob(ctx context.Context, ns, name string, runID int64) (*triggers.Job, error) {
-	interval := 25 * time.Millisecond
-	for {
-		j, err := c.GetJob(ctx, ns, name)
-		if err != nil {
-			return nil, err
-		}
-		if j.Status.RunID >= runID && (j.Status.Phase == triggers.JobSucceeded || j.Status.Phase == triggers.JobFailed) {
-			return j, nil
-		}
-		select {
-		case <-ctx.Done():
-			return j, fmt.Errorf("waiting for job %s/%s: %w (phase %s)", ns, name, context.Cause(ctx), j.Status.Phase)
-		case <-time.After(interval):
-		}
-		interval = min(interval*2, time.Second)
-	}
+	return poll(ctx, "job "+ns+"/"+name, func() (*triggers.Job, error) { return c.GetJob(ctx, ns, name) },
+		func(j *triggers.Job) (bool, string) {
+			finished := j.Status.Phase == triggers.JobSucceeded || j.Status.Phase == triggers.JobFailed
+			return j.Status.RunID >= runID && finished, "phase " + j.Status.Phase
+		})
+}
+
+// WaitTriggerApplied polls a trigger until the server applied its generation
+// gen, so that what it exposes or runs is in effect.
+func (c *Client) WaitTriggerApplied(ctx context.Context, ns, name string, gen int64) (*triggers.Trigger, error) {
+	return poll(ctx, "trigger "+ns+"/"+name, func() (*triggers.Trigger, error) { return c.GetTrigger(ctx, ns, name) },
+		func(t *triggers.Trigger) (bool, string) {
+			return t.Status.ObservedGeneration >= gen, "phase " + t.Status.Phase
+		})
 }
