@@ -13,9 +13,7 @@ import (
 
 // Defaults and limits of trigger fields.
 const (
-	DefaultPrefetch   = 10
 	MaxPrefetch       = 1000
-	DefaultMaxRetries = 3
 	MaxRetriesLimit   = 100
 	MaxPrewarmSeconds = 3600
 	// MaxPayloadBytes caps cron and job payloads.
@@ -35,10 +33,10 @@ func applyTriggerDefaults(t *triggers.Trigger) {
 		}
 	case triggers.TypeRabbitMQ:
 		if t.Prefetch == 0 {
-			t.Prefetch = DefaultPrefetch
+			t.Prefetch = rabbitmq.DefaultPrefetch
 		}
 		if t.MaxRetries == nil {
-			n := DefaultMaxRetries
+			n := rabbitmq.DefaultMaxRetries
 			t.MaxRetries = &n
 		}
 	}
