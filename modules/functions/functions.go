@@ -26,7 +26,8 @@ const (
 	PhaseBuilding Phase = "Building"
 	// PhaseReady: the current code is built and the function can be invoked.
 	PhaseReady Phase = "Ready"
-	// PhaseFailed: the build (or start) of the current code failed; Message says why.
+	// PhaseFailed: the build of the current code failed; Message says why
+	// (and which code, if any, still serves).
 	PhaseFailed Phase = "Failed"
 )
 

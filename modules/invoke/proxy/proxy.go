@@ -1,6 +1,7 @@
 // Package proxy is the data plane's front: ANY /fn/{ns}/{name}[/{path}]
-// proxies a client's request to an instance of the function, and the same
-// path serves the Invoker that triggers, jobs and the CLI use. Every
+// proxies a client's request to an instance of the function when an enabled
+// http trigger exposes it, and the same path serves the Invoker that
+// triggers, jobs and the CLI (POST .../functions/{name}/invoke) use. Every
 // invocation is recorded in the ledger.
 package proxy
 
@@ -67,8 +68,11 @@ func (p *Proxy) Register(v1 *gin.RouterGroup, root *gin.Engine) {
 	v1.POST("/namespaces/:ns/functions/:name/invoke", p.serveCLI)
 }
 
-// httpTrigger is the X-Sless-Trigger header of /fn invocations.
-var httpTrigger = []byte(`{"kind":"http"}`)
+// The X-Sless-Trigger headers of /fn and of CLI invocations.
+var (
+	httpTrigger = []byte(`{"kind":"http"}`)
+	cliTrigger  = []byte(`{"kind":"cli"}`)
+)
 
 func (p *Proxy) serveFn(c *gin.Context) {
 	ns, name := c.Param("ns"), c.Param("name")
@@ -93,7 +97,7 @@ func (p *Proxy) serveCLI(c *gin.Context) {
 	// The API token authorized the call; the function must not see it.
 	c.Request.Header.Del("Authorization")
 	p.serve(c.Request.Context(), &call{ns: c.Param("ns"), name: c.Param("name"), path: "/", r: c.Request, w: c.Writer,
-		kind: invoke.KindCLI, trigger: []byte(`{"kind":"cli"}`)})
+		kind: invoke.KindCLI, trigger: cliTrigger})
 }
 
 // notExposed answers /fn for a function without an enabled http trigger.

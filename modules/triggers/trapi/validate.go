@@ -11,7 +11,7 @@ import (
 	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
 )
 
-// Defaults and limits of trigger fields.
+// Limits of trigger and job fields.
 const (
 	MaxPrefetch       = 1000
 	MaxRetriesLimit   = 100

@@ -46,15 +46,10 @@ var Module = fx.Module("triggers",
 	fx.Invoke(func(*controllers) {}),
 )
 
-type (
-	triggerController = controller.Controller[triggers.Key]
-	jobController     = controller.Controller[triggers.Key]
-)
-
-// controllers are the module's running parts, started and stopped in order.
+// controllers drive the module's reconcilers; they are started and stopped
+// in order with the runners.
 type controllers struct {
-	triggers *triggerController
-	jobs     *jobController
+	triggers, jobs *controller.Controller[triggers.Key]
 }
 
 type params struct {
