@@ -42,54 +42,61 @@ func toTrigger(o *triggerObject) *triggers.Trigger {
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Status: o.Status}
 }
 
-func toTriggers(objs []*triggerObject, err error) ([]*triggers.Trigger, error) {
+// one converts a store's answer of one object to the API's type.
+func one[O, T any](o *O, err error, convert func(*O) *T) (*T, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*triggers.Trigger, len(objs))
+	return convert(o), nil
+}
+
+// all converts a store's answer of several objects to the API's type.
+func all[O, T any](objs []*O, err error, convert func(*O) *T) ([]*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*T, len(objs))
 	for i, o := range objs {
-		out[i] = toTrigger(o)
+		out[i] = convert(o)
 	}
 	return out, nil
 }
 
-func oneTrigger(o *triggerObject, err error) (*triggers.Trigger, error) {
-	if err != nil {
-		return nil, err
-	}
-	return toTrigger(o), nil
-}
-
 // Create stores a new trigger with generation 1.
 func (t *Triggers) Create(ctx context.Context, tr *triggers.Trigger) (*triggers.Trigger, error) {
-	return oneTrigger(t.s.Create(ctx, &triggerObject{Namespace: tr.Namespace, Name: tr.Name, Function: tr.Function, Spec: tr.Spec}))
+	o, err := t.s.Create(ctx, &triggerObject{Namespace: tr.Namespace, Name: tr.Name, Function: tr.Function, Spec: tr.Spec})
+	return one(o, err, toTrigger)
 }
 
 // Get returns one trigger or ErrNotFound.
 func (t *Triggers) Get(ctx context.Context, key triggers.Key) (*triggers.Trigger, error) {
-	return oneTrigger(t.s.Get(ctx, key.Namespace, key.Name))
+	o, err := t.s.Get(ctx, key.Namespace, key.Name)
+	return one(o, err, toTrigger)
 }
 
 // List returns a page of a namespace's triggers by name.
 func (t *Triggers) List(ctx context.Context, ns, after string, limit int) ([]*triggers.Trigger, bool, error) {
 	objs, more, err := t.s.List(ctx, ns, after, limit)
-	out, err := toTriggers(objs, err)
+	out, err := all(objs, err, toTrigger)
 	return out, more, err
 }
 
 // ByFunction returns the triggers of a function.
 func (t *Triggers) ByFunction(ctx context.Context, ns, function string) ([]*triggers.Trigger, error) {
-	return toTriggers(t.s.ByFunction(ctx, ns, function))
+	objs, err := t.s.ByFunction(ctx, ns, function)
+	return all(objs, err, toTrigger)
 }
 
 // All returns every trigger.
 func (t *Triggers) All(ctx context.Context) ([]*triggers.Trigger, error) {
-	return toTriggers(t.s.All(ctx))
+	objs, err := t.s.All(ctx)
+	return all(objs, err, toTrigger)
 }
 
 // UpdateSpec replaces a trigger's spec and increments its generation.
 func (t *Triggers) UpdateSpec(ctx context.Context, key triggers.Key, spec triggers.Spec) (*triggers.Trigger, error) {
-	return oneTrigger(t.s.UpdateSpec(ctx, key.Namespace, key.Name, spec.Function, spec))
+	o, err := t.s.UpdateSpec(ctx, key.Namespace, key.Name, spec.Function, spec)
+	return one(o, err, toTrigger)
 }
 
 // UpdateStatus replaces a trigger's status.
@@ -119,34 +126,23 @@ func toJob(o *jobObject) *triggers.Job {
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Status: o.Status}
 }
 
-func oneJob(o *jobObject, err error) (*triggers.Job, error) {
-	if err != nil {
-		return nil, err
-	}
-	return toJob(o), nil
-}
-
 // Create stores a new job with generation 1.
 func (j *Jobs) Create(ctx context.Context, job *triggers.Job) (*triggers.Job, error) {
-	return oneJob(j.s.Create(ctx, &jobObject{Namespace: job.Namespace, Name: job.Name, Function: job.Function, Spec: job.JobSpec}))
+	o, err := j.s.Create(ctx, &jobObject{Namespace: job.Namespace, Name: job.Name, Function: job.Function, Spec: job.JobSpec})
+	return one(o, err, toJob)
 }
 
 // Get returns one job or ErrNotFound.
 func (j *Jobs) Get(ctx context.Context, key triggers.Key) (*triggers.Job, error) {
-	return oneJob(j.s.Get(ctx, key.Namespace, key.Name))
+	o, err := j.s.Get(ctx, key.Namespace, key.Name)
+	return one(o, err, toJob)
 }
 
 // List returns a page of a namespace's jobs by name.
 func (j *Jobs) List(ctx context.Context, ns, after string, limit int) ([]*triggers.Job, bool, error) {
 	objs, more, err := j.s.List(ctx, ns, after, limit)
-	if err != nil {
-		return nil, false, err
-	}
-	out := make([]*triggers.Job, len(objs))
-	for i, o := range objs {
-		out[i] = toJob(o)
-	}
-	return out, more, nil
+	out, err := all(objs, err, toJob)
+	return out, more, err
 }
 
 // Keys returns every job's key.
@@ -164,7 +160,8 @@ func (j *Jobs) Keys(ctx context.Context) ([]triggers.Key, error) {
 
 // UpdateSpec replaces a job's spec and increments its generation.
 func (j *Jobs) UpdateSpec(ctx context.Context, key triggers.Key, spec triggers.JobSpec) (*triggers.Job, error) {
-	return oneJob(j.s.UpdateSpec(ctx, key.Namespace, key.Name, spec.Function, spec))
+	o, err := j.s.UpdateSpec(ctx, key.Namespace, key.Name, spec.Function, spec)
+	return one(o, err, toJob)
 }
 
 // UpdateStatus replaces a job's status.
