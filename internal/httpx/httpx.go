@@ -161,6 +161,16 @@ type ListResponse[T any] struct {
 	Continue string `json:"continue,omitempty"`
 }
 
+// NewListResponse returns a page of items ordered by name; when more follow,
+// the continue token is the last item's name.
+func NewListResponse[T any](items []T, more bool, name func(T) string) ListResponse[T] {
+	resp := ListResponse[T]{Items: items}
+	if more && len(items) > 0 {
+		resp.Continue = name(items[len(items)-1])
+	}
+	return resp
+}
+
 // PageLimit reads the ?limit= of a list call: validation.DefaultPageSize
 // when it is absent, a 400 when it is not a number from 1 to
 // validation.MaxPageSize.

@@ -90,11 +90,7 @@ func (a *API) list(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	resp := httpx.ListResponse[*functions.Function]{Items: items}
-	if more {
-		resp.Continue = items[len(items)-1].Name
-	}
-	c.JSON(http.StatusOK, resp)
+	c.JSON(http.StatusOK, httpx.NewListResponse(items, more, func(fn *functions.Function) string { return fn.Name }))
 	return nil
 }
 

@@ -97,23 +97,35 @@ func redacted(t *triggers.Trigger) *triggers.Trigger {
 	return &out
 }
 
-func (a *API) createTrigger(c *gin.Context) error {
+// decodeTrigger reads, completes and checks the trigger of a create or an
+// update (old is the stored trigger of an update, nil for a create).
+func (a *API) decodeTrigger(c *gin.Context, old *triggers.Trigger) (*triggers.Trigger, error) {
 	var t triggers.Trigger
 	if err := httpx.DecodeJSON(c, &t); err != nil {
-		return err
+		return nil, err
 	}
-	if err := httpx.BindNames(c, "trigger", &t.Namespace, &t.Name, false); err != nil {
-		return err
+	if err := httpx.BindNames(c, "trigger", &t.Namespace, &t.Name, old != nil); err != nil {
+		return nil, err
+	}
+	// A client that read the trigger sends the redacted URL back: that
+	// means "unchanged", not a new password of "***".
+	if old != nil && t.URL != "" && t.URL == rabbitmq.RedactURL(old.URL) {
+		t.URL = old.URL
 	}
 	applyTriggerDefaults(&t)
 	t.Payload = compactJSON(t.Payload)
 	if err := validateTrigger(&t); err != nil {
+		return nil, err
+	}
+	return &t, a.checkFunction(c, "trigger", t.Namespace, t.Function)
+}
+
+func (a *API) createTrigger(c *gin.Context) error {
+	t, err := a.decodeTrigger(c, nil)
+	if err != nil {
 		return err
 	}
-	if err := a.checkFunction(c, "trigger", t.Namespace, t.Function); err != nil {
-		return err
-	}
-	created, err := a.triggers.Create(c, &t)
+	created, err := a.triggers.Create(c, t)
 	if err != nil {
 		return conflict(err, "trigger", t.Key())
 	}
@@ -131,14 +143,11 @@ func (a *API) listTriggers(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	resp := httpx.ListResponse[*triggers.Trigger]{Items: make([]*triggers.Trigger, len(items))}
+	shown := make([]*triggers.Trigger, len(items))
 	for i, t := range items {
-		resp.Items[i] = redacted(t)
+		shown[i] = redacted(t)
 	}
-	if more {
-		resp.Continue = items[len(items)-1].Name
-	}
-	c.JSON(http.StatusOK, resp)
+	c.JSON(http.StatusOK, httpx.NewListResponse(shown, more, func(t *triggers.Trigger) string { return t.Name }))
 	return nil
 }
 
@@ -153,28 +162,12 @@ func (a *API) getTrigger(c *gin.Context) error {
 
 func (a *API) updateTrigger(c *gin.Context) error {
 	k := key(c)
-	var t triggers.Trigger
-	if err := httpx.DecodeJSON(c, &t); err != nil {
-		return err
-	}
-	if err := httpx.BindNames(c, "trigger", &t.Namespace, &t.Name, true); err != nil {
-		return err
-	}
 	old, err := a.triggers.Get(c, k)
 	if err != nil {
 		return notFound(err, "trigger", k)
 	}
-	// A client that read the trigger sends the redacted URL back: that
-	// means "unchanged", not a new password of "***".
-	if t.URL != "" && t.URL == rabbitmq.RedactURL(old.URL) {
-		t.URL = old.URL
-	}
-	applyTriggerDefaults(&t)
-	t.Payload = compactJSON(t.Payload)
-	if err := validateTrigger(&t); err != nil {
-		return err
-	}
-	if err := a.checkFunction(c, "trigger", t.Namespace, t.Function); err != nil {
+	t, err := a.decodeTrigger(c, old)
+	if err != nil {
 		return err
 	}
 	updated, err := a.triggers.UpdateSpec(c, k, t.Spec)
@@ -217,22 +210,28 @@ func (a *API) triggerInvocations(c *gin.Context) error {
 	return ledgerapi.WriteList(c, a.ledger, q)
 }
 
-func (a *API) createJob(c *gin.Context) error {
+// decodeJob reads, completes and checks the job of a create or an update.
+func (a *API) decodeJob(c *gin.Context, update bool) (*triggers.Job, error) {
 	var j triggers.Job
 	if err := httpx.DecodeJSON(c, &j); err != nil {
-		return err
+		return nil, err
 	}
-	if err := httpx.BindNames(c, "job", &j.Namespace, &j.Name, false); err != nil {
-		return err
+	if err := httpx.BindNames(c, "job", &j.Namespace, &j.Name, update); err != nil {
+		return nil, err
 	}
 	j.Payload = compactJSON(j.Payload)
 	if err := validateJob(&j); err != nil {
+		return nil, err
+	}
+	return &j, a.checkFunction(c, "job", j.Namespace, j.Function)
+}
+
+func (a *API) createJob(c *gin.Context) error {
+	j, err := a.decodeJob(c, false)
+	if err != nil {
 		return err
 	}
-	if err := a.checkFunction(c, "job", j.Namespace, j.Function); err != nil {
-		return err
-	}
-	created, err := a.jobs.Create(c, &j)
+	created, err := a.jobs.Create(c, j)
 	if err != nil {
 		return conflict(err, "job", j.Key())
 	}
@@ -250,11 +249,7 @@ func (a *API) listJobs(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	resp := httpx.ListResponse[*triggers.Job]{Items: items}
-	if more {
-		resp.Continue = items[len(items)-1].Name
-	}
-	c.JSON(http.StatusOK, resp)
+	c.JSON(http.StatusOK, httpx.NewListResponse(items, more, func(j *triggers.Job) string { return j.Name }))
 	return nil
 }
 
@@ -269,18 +264,8 @@ func (a *API) getJob(c *gin.Context) error {
 
 func (a *API) updateJob(c *gin.Context) error {
 	k := key(c)
-	var j triggers.Job
-	if err := httpx.DecodeJSON(c, &j); err != nil {
-		return err
-	}
-	if err := httpx.BindNames(c, "job", &j.Namespace, &j.Name, true); err != nil {
-		return err
-	}
-	j.Payload = compactJSON(j.Payload)
-	if err := validateJob(&j); err != nil {
-		return err
-	}
-	if err := a.checkFunction(c, "job", j.Namespace, j.Function); err != nil {
+	j, err := a.decodeJob(c, true)
+	if err != nil {
 		return err
 	}
 	updated, err := a.jobs.UpdateSpec(c, k, j.JobSpec)
