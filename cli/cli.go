@@ -136,3 +136,15 @@ func newVersionCmd() *cobra.Command {
 		},
 	}
 }
+
+// withClient adapts a command that talks to the API: it connects first and
+// passes the client and the namespace to act in.
+func (g *globals) withClient(run func(cmd *cobra.Command, args []string, c *client.Client, ns string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, ns, err := g.connect(cmd.Context())
+		if err != nil {
+			return err
+		}
+		return run(cmd, args, c, ns)
+	}
+}

@@ -181,11 +181,7 @@ func newFnCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(
 		&cobra.Command{
 			Use: "list", Short: "List the functions of the namespace", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, ns, err := g.connect(cmd.Context())
-				if err != nil {
-					return err
-				}
+			RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client, ns string) error {
 				fns, err := c.ListFunctions(cmd.Context(), ns)
 				if err != nil {
 					return err
@@ -194,15 +190,11 @@ func newFnCmd(g *globals) *cobra.Command {
 					return printJSON(cmd.OutOrStdout(), fns)
 				}
 				return printFunctionTable(cmd.OutOrStdout(), fns)
-			},
+			}),
 		},
 		&cobra.Command{
 			Use: "get NAME", Short: "Show one function with its status", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, ns, err := g.connect(cmd.Context())
-				if err != nil {
-					return err
-				}
+			RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 				fn, err := c.GetFunction(cmd.Context(), ns, args[0])
 				if err != nil {
 					return err
@@ -211,21 +203,17 @@ func newFnCmd(g *globals) *cobra.Command {
 					return printJSON(cmd.OutOrStdout(), fn)
 				}
 				return printFunctionDetail(cmd.OutOrStdout(), fn, c.InvokeURL(ns, fn.Name))
-			},
+			}),
 		},
 		&cobra.Command{
 			Use: "delete NAME", Short: "Delete a function", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, ns, err := g.connect(cmd.Context())
-				if err != nil {
-					return err
-				}
+			RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 				if err := c.DeleteFunction(cmd.Context(), ns, args[0]); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "deleted function %s/%s\n", ns, args[0])
 				return nil
-			},
+			}),
 		},
 	)
 	return cmd

@@ -71,11 +71,7 @@ func newInvocationsCmd(g *globals) *cobra.Command {
 		Use:   "invocations NAME",
 		Short: "List a function's invocations, newest first",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 			items, next, err := c.ListInvocations(cmd.Context(), ns, args[0], q)
 			if err != nil {
 				return err
@@ -100,7 +96,7 @@ func newInvocationsCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "more: --before %s\n", next)
 			}
 			return nil
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&q.Status, "status", "", "success, error, or a status code")
@@ -136,11 +132,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 		Use:   "logs NAME",
 		Short: "Print what a function's recent invocations printed",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 			out := cmd.OutOrStdout()
 			if id != "" {
 				rec, err := c.GetInvocation(cmd.Context(), ns, id)
@@ -164,7 +156,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&id, "invocation", "", "print one invocation's logs")

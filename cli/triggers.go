@@ -19,11 +19,7 @@ func newTriggerCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newTriggerCreateCmd(g),
 		&cobra.Command{
 			Use: "list", Short: "List the triggers of the namespace", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, ns, err := g.connect(cmd.Context())
-				if err != nil {
-					return err
-				}
+			RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client, ns string) error {
 				ts, err := c.ListTriggers(cmd.Context(), ns)
 				if err != nil {
 					return err
@@ -42,35 +38,27 @@ func newTriggerCmd(g *globals) *cobra.Command {
 						tr.Status.Fired, tr.Status.Failed, last)
 				}
 				return t.Flush()
-			},
+			}),
 		},
 		&cobra.Command{
 			Use: "get NAME", Short: "Show a trigger with its status", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, ns, err := g.connect(cmd.Context())
-				if err != nil {
-					return err
-				}
+			RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 				t, err := c.GetTrigger(cmd.Context(), ns, args[0])
 				if err != nil {
 					return err
 				}
 				return printJSON(cmd.OutOrStdout(), t)
-			},
+			}),
 		},
 		&cobra.Command{
 			Use: "delete NAME", Short: "Delete a trigger", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, ns, err := g.connect(cmd.Context())
-				if err != nil {
-					return err
-				}
+			RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 				if err := c.DeleteTrigger(cmd.Context(), ns, args[0]); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "deleted trigger %s/%s\n", ns, args[0])
 				return nil
-			},
+			}),
 		},
 		newTriggerEnableCmd(g, true), newTriggerEnableCmd(g, false),
 	)
@@ -85,11 +73,7 @@ func newTriggerEnableCmd(g *globals, enable bool) *cobra.Command {
 			false: "Disable a trigger (an http trigger's function answers 404 on /fn and scales to zero)",
 		}[enable],
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 			t, err := c.GetTrigger(cmd.Context(), ns, args[0])
 			if err != nil {
 				return err
@@ -100,7 +84,7 @@ func newTriggerEnableCmd(g *globals, enable bool) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "%sd trigger %s/%s\n", verb, ns, args[0])
 			return nil
-		},
+		}),
 	}
 }
 
@@ -118,11 +102,7 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
   sless trigger create nightly --function report --type cron --schedule "0 3 * * *" --timezone Europe/Berlin --payload '{"full": true}'
   sless trigger create orders --function order --type rabbitmq --url amqp://guest:guest@localhost:5672/ --queue orders --max-retries 5 --dead-letter-queue orders-failed`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 			t.Name, t.Namespace = args[0], ns
 			if payload != "" {
 				t.Payload = json.RawMessage(payload)
@@ -143,7 +123,7 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), created)
 			}
 			return nil
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&t.Function, "function", "", "function to invoke (required)")
@@ -180,11 +160,7 @@ func newJobCmd(g *globals) *cobra.Command {
 payload; wait for the run and print its result. Running the same run_id again never
 runs the function twice.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 			j, err := runJob(cmd.Context(), c, ns, args[0], function, payload)
 			if err != nil {
 				return err
@@ -197,7 +173,7 @@ runs the function twice.`,
 				return err
 			}
 			return printJobResult(g, cmd.OutOrStdout(), cmd.ErrOrStderr(), done)
-		},
+		}),
 	}
 	run.Flags().StringVar(&function, "function", "", "function to run (required when the job does not exist)")
 	run.Flags().StringVar(&payload, "payload", "", "JSON event of the run")
@@ -205,25 +181,17 @@ runs the function twice.`,
 	cmd.AddCommand(run,
 		&cobra.Command{
 			Use: "get NAME", Short: "Show a job and its last run", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, ns, err := g.connect(cmd.Context())
-				if err != nil {
-					return err
-				}
+			RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 				j, err := c.GetJob(cmd.Context(), ns, args[0])
 				if err != nil {
 					return err
 				}
 				return printJSON(cmd.OutOrStdout(), j)
-			},
+			}),
 		},
 		&cobra.Command{
 			Use: "list", Short: "List the jobs of the namespace", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, ns, err := g.connect(cmd.Context())
-				if err != nil {
-					return err
-				}
+			RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client, ns string) error {
 				js, err := c.ListJobs(cmd.Context(), ns)
 				if err != nil {
 					return err
@@ -241,7 +209,7 @@ runs the function twice.`,
 					fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%d\t%s\n", j.Name, j.Function, j.Status.RunID, j.Status.Phase, j.Status.StatusCode, finished)
 				}
 				return t.Flush()
-			},
+			}),
 		},
 	)
 	return cmd
