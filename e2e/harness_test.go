@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -82,7 +81,7 @@ func startServer(t *testing.T, opts serverOptions) *server {
 func (s *server) start() {
 	t := s.t
 	t.Helper()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	args := []string{"server", "--listen", "127.0.0.1:" + port, "--data-dir", s.opts.dataDir, "--log-level", "debug"}
 	if s.opts.databaseURL != "" {
 		args = append(args, "--database-url", s.opts.databaseURL)
@@ -248,18 +247,7 @@ func cleanEnv() []string {
 	return env
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
-}
-
-// s3Options returns server options that use PostgreSQL and S3, or ends the
+// postgresS3Options returns server options that use PostgreSQL and S3, or ends the
 // test when they are unavailable.
 func postgresS3Options(t *testing.T) serverOptions {
 	s3 := testenv.S3(t)

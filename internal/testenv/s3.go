@@ -187,6 +187,17 @@ func freePort() (string, error) {
 	return port, err
 }
 
+// FreePort returns a loopback TCP port that is free now, for a server a test
+// starts; it ends t when there is none.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
 // process is a started server: exited is closed once it has exited, and err
 // then holds what Wait returned.
 type process struct {

@@ -3,7 +3,6 @@ package python312_test
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -75,12 +74,7 @@ func build(t *testing.T, root, out string, flags ...string) string {
 // runtimes starts the binary's server and returns GET /v1/runtimes.
 func runtimes(t *testing.T, bin string) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:" + testenv.FreePort(t)
 	const token = "plugin-test-token-0123"
 	cmd := exec.Command(bin, "server", "--listen", addr, "--data-dir", t.TempDir(), "--api-token", token)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
