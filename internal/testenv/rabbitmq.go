@@ -115,23 +115,28 @@ func (v RabbitMQVhost) QueueCounts(queue string) (ready, unacked int, err error)
 
 // ConnectionNames returns the names that the vhost's client connections
 // gave themselves (the connection_name client property), "" for a
-// connection without one.
+// connection without one or one still in its handshake (RabbitMQ lists
+// its properties as "none").
 func (v RabbitMQVhost) ConnectionNames() ([]string, error) {
 	out, err := rabbitmqctl("list_connections", "-p", v.Name, "--silent", "--formatter", "json", "client_properties")
 	if err != nil {
 		return nil, fmt.Errorf("list the connections of RabbitMQ vhost %s: %w\n%s", v.Name, err, out)
 	}
-	// Each property is a [name, type, value] triple.
 	var conns []struct {
-		ClientProperties [][]any `json:"client_properties"`
+		ClientProperties json.RawMessage `json:"client_properties"`
 	}
 	if err := json.Unmarshal(out, &conns); err != nil {
 		return nil, fmt.Errorf("list the connections of RabbitMQ vhost %s: %w\n%s", v.Name, err, out)
 	}
 	names := make([]string, 0, len(conns))
 	for _, c := range conns {
+		// Each property is a [name, type, value] triple.
+		var props [][]any
+		if json.Unmarshal(c.ClientProperties, &props) != nil {
+			props = nil // "none" while the handshake is under way
+		}
 		var name string
-		for _, p := range c.ClientProperties {
+		for _, p := range props {
 			if len(p) == 3 && p[0] == "connection_name" {
 				name, _ = p[2].(string)
 			}
