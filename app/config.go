@@ -61,6 +61,9 @@ type Config struct {
 	MaxRequestBytes int64
 	// InvocationRetention is how long invocations are kept; default 7 days.
 	InvocationRetention time.Duration
+	// ServerCPUs is how many CPUs the server's own code runs on at once
+	// (GOMAXPROCS); default 0: GOMAXPROCS when set, else half of the CPUs.
+	ServerCPUs int
 }
 
 // setting is one configuration value with its flag, variable and file key.
@@ -71,8 +74,7 @@ type setting struct {
 	secret bool
 }
 
-// settings lists every setting; docs/configuration.md and the README table
-// follow this list.
+// settings lists every setting; the README's table follows this list.
 var settings = []setting{
 	{name: "listen", usage: "address of the API and of /fn"},
 	{name: "data-dir", usage: "directory of the database, blobs, artifacts and generated token (default $XDG_DATA_HOME/sless, else ~/.local/share/sless)"},
@@ -92,6 +94,7 @@ var settings = []setting{
 	{name: "queue-depth", usage: "most invocations of one function that wait for a free instance; more get 503"},
 	{name: "max-request-bytes", usage: "largest invocation request body; larger gets 413"},
 	{name: "invocation-retention", usage: "how long invocation records are kept (0: forever)"},
+	{name: "server-cpus", usage: "CPUs the server's own code runs on at once (0: GOMAXPROCS when set, else half of the CPUs, leaving the rest to the instances)"},
 }
 
 // AddFlags registers the settings as flags of fs, writing into cfg, plus
@@ -110,6 +113,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"build-max-extracted-bytes": &cfg.BuildLimits.MaxExtractedBytes, "build-max-entries": &cfg.BuildLimits.MaxEntries,
 		"idle-timeout": &cfg.IdleTimeout, "prestart": &cfg.Prestart, "queue-depth": &cfg.QueueDepth,
 		"max-request-bytes": &cfg.MaxRequestBytes, "invocation-retention": &cfg.InvocationRetention,
+		"server-cpus": &cfg.ServerCPUs,
 	}
 	for _, s := range settings {
 		usage := fmt.Sprintf("%s (env %s)", s.usage, envName(s.name))
@@ -278,6 +282,9 @@ func (c *Config) validate() error {
 	}
 	if c.InvocationRetention < 0 {
 		bad("invocation-retention", "must not be negative")
+	}
+	if c.ServerCPUs < 0 {
+		bad("server-cpus", "must not be negative")
 	}
 	return errors.Join(errs...)
 }

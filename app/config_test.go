@@ -70,6 +70,7 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 		{"unknown file key", nil, map[string]string{"SLESS_CONFIG": badFile}, `unknown setting "listn"`},
 		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, nil, "reading the config file"},
 		{"negative limit", []string{"--build-max-entries", "-1"}, nil, "build-max-entries"},
+		{"negative server cpus", nil, map[string]string{"SLESS_SERVER_CPUS": "-1"}, "server-cpus (SLESS_SERVER_CPUS): must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,5 +80,27 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 				t.Errorf("got %v; want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestServerCPUs(t *testing.T) {
+	tests := []struct {
+		setting   int
+		env       string
+		available int
+		want      int
+	}{
+		{0, "", 1, 1},
+		{0, "", 2, 1},
+		{0, "", 3, 2},
+		{0, "", 8, 4},
+		{0, "6", 6, 6}, // GOMAXPROCS set: the runtime took it already
+		{3, "", 8, 3},
+		{3, "6", 6, 3},
+	}
+	for _, tt := range tests {
+		if got := serverCPUs(tt.setting, tt.env, tt.available); got != tt.want {
+			t.Errorf("serverCPUs(%d, %q, %d) = %d; want %d", tt.setting, tt.env, tt.available, got, tt.want)
+		}
 	}
 }
