@@ -19,6 +19,12 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/internal/testenv"
+
+	// The binary under test is built from this package with "go build",
+	// which go test's cache does not see: importing it ties the cached
+	// result to the code the binary is built from, so that a change to the
+	// server reruns these tests.
+	_ "sless.kube5s.ru/sless/cli"
 )
 
 // binary is the sless binary built by TestMain.
