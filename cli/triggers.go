@@ -65,9 +65,40 @@ func newTriggerCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// defaultApplyWait is how long trigger commands wait for the server to apply
+// a change by default.
+const defaultApplyWait = time.Minute
+
+// addApplyWaitFlag registers --wait on a command that changes a trigger.
+func addApplyWaitFlag(cmd *cobra.Command, wait *time.Duration) {
+	cmd.Flags().DurationVar(wait, "wait", defaultApplyWait,
+		"how long to wait until the server applied the change (/fn answers accordingly, the schedule or consumer runs); 0: do not wait")
+}
+
+// waitApplied waits up to wait until the server applied t's generation and
+// returns the trigger as applied, warning when it ended in the Error phase (a
+// broker that cannot be reached, a missing function: the server keeps
+// retrying). A wait of 0 returns t at once.
+func waitApplied(ctx context.Context, c *client.Client, stderr io.Writer, t *triggers.Trigger, wait time.Duration) (*triggers.Trigger, error) {
+	if wait <= 0 {
+		return t, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	applied, err := c.WaitTriggerApplied(ctx, t.Namespace, t.Name, t.Generation)
+	if err != nil {
+		return nil, err
+	}
+	if applied.Status.Phase == triggers.PhaseError {
+		fmt.Fprintf(stderr, "warning: trigger %s/%s is in phase Error: %s\n", t.Namespace, t.Name, applied.Status.Message)
+	}
+	return applied, nil
+}
+
 func newTriggerEnableCmd(g *globals, enable bool) *cobra.Command {
 	verb := map[bool]string{true: "enable", false: "disable"}[enable]
-	return &cobra.Command{
+	var wait time.Duration
+	cmd := &cobra.Command{
 		Use: verb + " NAME", Short: map[bool]string{
 			true:  "Enable a trigger",
 			false: "Disable a trigger (an http trigger's function answers 404 on /fn and scales to zero)",
@@ -79,13 +110,19 @@ func newTriggerEnableCmd(g *globals, enable bool) *cobra.Command {
 				return err
 			}
 			t.Enabled = &enable
-			if _, err := c.UpdateTrigger(cmd.Context(), t); err != nil {
+			updated, err := c.UpdateTrigger(cmd.Context(), t)
+			if err != nil {
+				return err
+			}
+			if _, err := waitApplied(cmd.Context(), c, cmd.ErrOrStderr(), updated, wait); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "%sd trigger %s/%s\n", verb, ns, args[0])
 			return nil
 		}),
 	}
+	addApplyWaitFlag(cmd, &wait)
+	return cmd
 }
 
 func newTriggerCreateCmd(g *globals) *cobra.Command {
@@ -94,6 +131,7 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 		payload    string
 		maxRetries int
 		disabled   bool
+		wait       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME --function F --type http|cron|rabbitmq [type flags]",
@@ -116,6 +154,9 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 			}
 			created, err := c.CreateTrigger(cmd.Context(), &t)
 			if err != nil {
+				return err
+			}
+			if created, err = waitApplied(cmd.Context(), c, cmd.ErrOrStderr(), created, wait); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "created %s trigger %s/%s for function %s\n", created.Type, ns, created.Name, created.Function)
@@ -142,6 +183,7 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 	fl.IntVar(&maxRetries, "max-retries", 0, "rabbitmq: retries of a failed message before it is dead-lettered (default 3)")
 	fl.StringVar(&t.DeadLetterExchange, "dead-letter-exchange", "", "rabbitmq: exchange for messages that failed every retry")
 	fl.StringVar(&t.DeadLetterQueue, "dead-letter-queue", "", "rabbitmq: queue for messages that failed every retry")
+	addApplyWaitFlag(cmd, &wait)
 	cmd.MarkFlagRequired("function")
 	cmd.MarkFlagRequired("type")
 	return cmd

@@ -71,11 +71,10 @@ func TestHTTPTriggerDisableEnable(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("before disabling: %d", code)
 	}
+	// The CLI returns once the server applied the change: /fn follows at once.
 	s.mustCLI("trigger", "disable", "web")
-	s.waitFor("/fn to answer 404", func() bool { code, _, _ := s.post("/fn/default/web", ""); return code == 404 })
-	_, _, body := s.post("/fn/default/web", "")
-	if !strings.Contains(body, "no enabled http trigger") {
-		t.Errorf("404 body: %s", body)
+	if code, _, body := s.post("/fn/default/web", ""); code != 404 || !strings.Contains(body, "no enabled http trigger") {
+		t.Errorf("right after disabling: %d %s; want 404 saying there is no enabled http trigger", code, body)
 	}
 	// Nothing was deleted: the function is there, Ready, and still runs for the CLI.
 	if code, fn := s.getFunction("default", "web"); code != 200 || fn.Status.Phase != "Ready" {
@@ -85,11 +84,34 @@ func TestHTTPTriggerDisableEnable(t *testing.T) {
 		t.Errorf("the min_instances instance kept running while disabled (pid %s answered again)", pid)
 	}
 	s.mustCLI("trigger", "enable", "web")
-	s.waitFor("/fn to answer again", func() bool { code, _, _ := s.post("/fn/default/web", ""); return code == 200 })
+	if code, _, body := s.post("/fn/default/web", ""); code != 200 {
+		t.Errorf("right after enabling: %d %s; want 200", code, body)
+	}
 
 	// Deleting the trigger closes /fn; the function stays.
 	s.mustCLI("trigger", "delete", "web")
 	s.waitFor("/fn to answer 404 after the trigger was deleted", func() bool { code, _, _ := s.post("/fn/default/web", ""); return code == 404 })
+}
+
+// TestTriggerCreateWaitsUntilApplied checks that the CLI returns the trigger
+// as the server applied it: its phase is known.
+func TestTriggerCreateWaitsUntilApplied(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	dir := writeTree(t, map[string]string{"handler.py": "def handle(event, context):\n    return 1\n"})
+	s.mustCLI("deploy", dir, "--name", "tick", "--runtime", "python3.11", "--http=false")
+	var created struct {
+		Status struct {
+			Phase              string `json:"phase"`
+			ObservedGeneration int64  `json:"observed_generation"`
+		} `json:"status"`
+	}
+	out := s.mustCLI("-o", "json", "trigger", "create", "hourly", "--function", "tick", "--type", "cron", "--schedule", "@hourly")
+	if err := json.Unmarshal([]byte(out), &created); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if st := created.Status; st.Phase != "Active" || st.ObservedGeneration != 1 {
+		t.Errorf("created trigger's status %+v; want it applied: Active, generation 1", st)
+	}
 }
 
 func TestCronTrigger(t *testing.T) {
