@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // keyVersion changes when the artifact format changes, so that old artifacts
@@ -62,6 +63,18 @@ const LogLimit = 64 << 10
 // Implementations are safe for concurrent use.
 type Builder interface {
 	Build(ctx context.Context, req Request) (Result, error)
+}
+
+// Pruner is implemented by builders whose artifacts can be listed and
+// removed, so that the artifacts no function uses stop taking space. Removing
+// one costs a rebuild if its code is deployed again; it never loses code.
+type Pruner interface {
+	// Artifacts returns every artifact the builder keeps.
+	Artifacts(ctx context.Context) ([]string, error)
+	// RemoveUnused removes artifact unless a Build returned it at or after
+	// since, the time the caller first saw no function use it: such a Build's
+	// caller may be about to use it. It reports whether it removed it.
+	RemoveUnused(ctx context.Context, artifact string, since time.Time) (bool, error)
 }
 
 // Error is a build failure caused by the code or its dependencies, with a

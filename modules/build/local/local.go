@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/internal/tail"
@@ -58,7 +59,7 @@ func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limi
 			return nil, fmt.Errorf("removing an interrupted build: %w", err)
 		}
 	}
-	return &Builder{dir: dir, blobs: blobs, runtimes: runtimes, limits: limits, log: log}, nil
+	return &Builder{dir: filepath.Clean(dir), blobs: blobs, runtimes: runtimes, limits: limits, log: log}, nil
 }
 
 var _ build.Builder = (*Builder)(nil)
@@ -82,10 +83,79 @@ func (b *Builder) Build(ctx context.Context, req build.Request) (build.Result, e
 	} else if err != nil {
 		return build.Result{}, fmt.Errorf("checking artifact %s: %w", id, err)
 	}
+	// The modification time tells RemoveUnused when it was last returned.
+	if err := touch(final); err != nil {
+		return build.Result{}, fmt.Errorf("marking artifact %s used: %w", id, err)
+	}
 	if err := checkHandler(p, req.Handler, final); err != nil {
 		return build.Result{}, err
 	}
 	return res, nil
+}
+
+var _ build.Pruner = (*Builder)(nil)
+
+// Artifacts implements build.Pruner.
+func (b *Builder) Artifacts(context.Context) ([]string, error) {
+	entries, err := os.ReadDir(b.dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing the artifacts: %w", err)
+	}
+	var artifacts []string
+	for _, e := range entries {
+		if e.IsDir() && isArtifactID(e.Name()) {
+			artifacts = append(artifacts, filepath.Join(b.dir, e.Name()))
+		}
+	}
+	return artifacts, nil
+}
+
+// RemoveUnused implements build.Pruner. A Build returning an artifact sets
+// its modification time; the artifact is moved out of the way under the
+// lock that Build holds, then deleted.
+func (b *Builder) RemoveUnused(_ context.Context, artifact string, since time.Time) (bool, error) {
+	id := filepath.Base(artifact)
+	if filepath.Dir(artifact) != b.dir || !isArtifactID(id) {
+		return false, fmt.Errorf("%q is not an artifact of this builder", artifact)
+	}
+	unlock := b.locks.Lock(id)
+	st, err := os.Stat(artifact)
+	if errors.Is(err, os.ErrNotExist) {
+		unlock()
+		return false, nil
+	}
+	if err != nil || !st.ModTime().Before(since) {
+		unlock()
+		return false, err
+	}
+	// The .tmp- prefix makes New remove it should the server stop before
+	// the deletion below finishes.
+	trash, err := os.MkdirTemp(b.dir, ".tmp-removed-")
+	if err == nil {
+		err = os.Rename(artifact, filepath.Join(trash, id))
+	}
+	unlock()
+	if err != nil {
+		return false, fmt.Errorf("removing artifact %s: %w", id, err)
+	}
+	if err := os.RemoveAll(trash); err != nil {
+		return true, fmt.Errorf("removing artifact %s: %w", id, err)
+	}
+	return true, nil
+}
+
+func touch(path string) error {
+	now := time.Now()
+	return os.Chtimes(path, now, now)
+}
+
+// isArtifactID reports whether name is an artifactID.
+func isArtifactID(name string) bool {
+	if len(name) != 2*sha256.Size {
+		return false
+	}
+	_, err := hex.DecodeString(name)
+	return err == nil
 }
 
 // artifactID hashes what the artifact depends on: the handler is checked on

@@ -4,13 +4,16 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/local"
@@ -165,5 +168,58 @@ func TestCancelledBuildLeavesNothing(t *testing.T) {
 	entries, _ := os.ReadDir(e.dir)
 	if len(entries) != 0 {
 		t.Errorf("cancelled build left %d entries", len(entries))
+	}
+}
+
+func TestRemoveUnused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	keepCode := e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 1"})
+	keep, err := e.builder.Build(ctx, request(keepCode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop, err := e.builder.Build(ctx, request(e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 2"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(e.dir, ".tmp-123"), 0o755) // a build in progress is no artifact
+	artifacts, err := e.builder.Artifacts(ctx)
+	slices.Sort(artifacts)
+	want := []string{keep.Artifact, drop.Artifact}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(artifacts, want) {
+		t.Fatalf("Artifacts() = %q, %v; want %q", artifacts, err, want)
+	}
+
+	// Returned by a Build at or after the time it was seen unused: kept.
+	seenUnused := time.Now()
+	time.Sleep(10 * time.Millisecond)
+	if _, err := e.builder.Build(ctx, request(keepCode)); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := e.builder.RemoveUnused(ctx, keep.Artifact, seenUnused); removed || err != nil {
+		t.Errorf("RemoveUnused of an artifact a Build returned since = %t, %v; want kept", removed, err)
+	}
+	if removed, err := e.builder.RemoveUnused(ctx, drop.Artifact, seenUnused); !removed || err != nil {
+		t.Errorf("RemoveUnused of an unused artifact = %t, %v; want removed", removed, err)
+	}
+	if _, err := os.Stat(drop.Artifact); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("removed artifact still there: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(e.dir, ".tmp-removed-*")); len(left) != 0 {
+		t.Errorf("left behind: %q", left)
+	}
+	if removed, err := e.builder.RemoveUnused(ctx, drop.Artifact, seenUnused); removed || err != nil {
+		t.Errorf("RemoveUnused of a removed artifact = %t, %v; want false, nil", removed, err)
+	}
+	if _, err := e.builder.RemoveUnused(ctx, filepath.Join(e.dir, "..", "etc"), seenUnused); err == nil {
+		t.Error("RemoveUnused accepted a path outside the builder's artifacts")
+	}
+
+	// Its code deployed again, the artifact is built again.
+	again, err := e.builder.Build(ctx, request(e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 2"})))
+	if err != nil || again.Reused || again.Artifact != drop.Artifact {
+		t.Errorf("rebuild after removal: %+v, %v; want a fresh build of %s", again, err, drop.Artifact)
 	}
 }

@@ -1,8 +1,10 @@
 // Package functionsfx provides the functions module of the embedded mode: the
-// store, the REST API, and the reconciler driven by a work queue.
+// store, the REST API, the reconciler driven by a work queue, and the removal
+// of the artifacts no function uses.
 package functionsfx
 
 import (
+	"cmp"
 	"log/slog"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/fnapi"
 	"sless.kube5s.ru/sless/modules/functions/fnstore"
+	"sless.kube5s.ru/sless/modules/functions/prune"
 	"sless.kube5s.ru/sless/modules/functions/reconcile"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/storage"
@@ -32,7 +35,14 @@ type Config struct {
 	UploadDir string
 	// Workers is the number of functions reconciled at once.
 	Workers int
+	// ArtifactGrace is how long an artifact no function uses is kept before
+	// it is removed, when the builder can remove artifacts; default 1h.
+	ArtifactGrace time.Duration
 }
+
+// DefaultArtifactGrace is the default Config.ArtifactGrace: longer than any
+// invocation may run, so instances of replaced code have drained.
+const DefaultArtifactGrace = time.Hour
 
 // Module is the functions module.
 var Module = fx.Module("functions",
@@ -43,6 +53,7 @@ var Module = fx.Module("functions",
 		newController,
 		httpx.AsRoutes(newAPI),
 	),
+	fx.Invoke(startPruning),
 )
 
 func newStore(db *gorm.DB) *fnstore.Store { return fnstore.New(db) }
@@ -60,4 +71,14 @@ func newController(lc fx.Lifecycle, c Config, store functions.Store, builder bui
 
 func newAPI(c Config, store functions.Store, runtimes *runtime.Registry, notifier functions.ChangeNotifier, blobs storage.Blobs, log *slog.Logger) *fnapi.API {
 	return fnapi.New(store, runtimes, notifier, blobs, c.UploadLimits, c.UploadDir, log)
+}
+
+// startPruning removes the artifacts no function uses, when the builder can.
+func startPruning(lc fx.Lifecycle, c Config, store functions.Store, builder build.Builder, log *slog.Logger) {
+	pruner, ok := builder.(build.Pruner)
+	if !ok {
+		return
+	}
+	col := prune.New(store, pruner, cmp.Or(c.ArtifactGrace, DefaultArtifactGrace), log)
+	lc.Append(fx.Hook{OnStart: col.Start, OnStop: col.Stop})
 }

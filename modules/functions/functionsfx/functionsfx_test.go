@@ -4,8 +4,10 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -29,7 +31,8 @@ type notSuspended struct{}
 func (notSuspended) Suspended(context.Context, functions.Key) (bool, error) { return false, nil }
 
 // TestModuleReconcilesChanges wires the functions module with the modules it
-// needs and checks that a change told to the notifier is built to Ready.
+// needs and checks that a change told to the notifier is built to Ready, and
+// that the artifact of replaced code is removed after the grace period.
 func TestModuleReconcilesChanges(t *testing.T) {
 	dir := t.TempDir()
 	blobs, err := blobfs.New(filepath.Join(dir, "blobs"))
@@ -46,7 +49,8 @@ func TestModuleReconcilesChanges(t *testing.T) {
 			slog.New(slog.NewTextHandler(io.Discard, nil)),
 			storagefx.Config{DatabaseURL: "sqlite:" + filepath.Join(dir, "db")},
 			buildfx.Config{ArtifactDir: filepath.Join(dir, "artifacts"), Limits: safezip.DefaultLimits()},
-			functionsfx.Config{BuildTimeout: time.Minute, UploadLimits: safezip.DefaultLimits(), UploadDir: dir, Workers: 2},
+			functionsfx.Config{BuildTimeout: time.Minute, UploadLimits: safezip.DefaultLimits(), UploadDir: dir, Workers: 2,
+				ArtifactGrace: 100 * time.Millisecond},
 			runtimefx.Config{},
 			fx.Annotate(blobs, fx.As(new(storage.Blobs))),
 		),
@@ -62,31 +66,48 @@ func TestModuleReconcilesChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	w := zip.NewWriter(&buf)
-	f, _ := w.Create("handler.py")
-	f.Write([]byte("def handle(e, c): return 1\n"))
-	w.Close()
-	blob, err := blobs.Put(ctx, &buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.SetCode(ctx, fn.Key(), blob.SHA256); err != nil {
-		t.Fatal(err)
-	}
-	notifier.Changed(fn.Key())
-
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := store.Get(ctx, fn.Key())
+	// deploy uploads a handler returning v and waits until it is Ready.
+	deploy := func(v string) *functions.Function {
+		var buf bytes.Buffer
+		w := zip.NewWriter(&buf)
+		f, _ := w.Create("handler.py")
+		f.Write([]byte("def handle(e, c): return " + v + "\n"))
+		w.Close()
+		blob, err := blobs.Put(ctx, &buf)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Status.Phase == functions.PhaseReady && got.Status.ObservedGeneration == got.Generation {
-			break
+		if _, err := store.SetCode(ctx, fn.Key(), blob.SHA256); err != nil {
+			t.Fatal(err)
 		}
+		notifier.Changed(fn.Key())
+		var got *functions.Function
+		waitFor(t, "Ready", func() bool {
+			got, err = store.Get(ctx, fn.Key())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got.Status.Phase == functions.PhaseReady && got.Status.ObservedGeneration == got.Generation
+		})
+		return got
+	}
+	v1 := deploy("1")
+	v2 := deploy("2")
+	waitFor(t, "the replaced artifact to be removed", func() bool {
+		_, err := os.Stat(v1.Status.Artifact)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if _, err := os.Stat(v2.Status.Artifact); err != nil {
+		t.Errorf("the serving artifact: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not Ready after 10s: %+v", got.Status)
+			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
