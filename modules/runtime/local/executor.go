@@ -153,11 +153,13 @@ func (e *Executor) Deploy(_ context.Context, t runtime.Target) error {
 	if err != nil {
 		return err
 	}
+	k := key(t.Namespace, t.Name)
 	e.mu.Lock()
-	pl, ok := e.pools[key(t.Namespace, t.Name)]
+	pl, ok := e.pools[k]
 	if !ok {
-		pl = newPool(e, key(t.Namespace, t.Name))
-		e.pools[pl.key] = pl
+		// Published with its target: an Acquire may find it at once.
+		pl = newPool(e, k, t)
+		e.pools[k] = pl
 	}
 	if e.cfg.Spares > 0 && !readsStartupEnv(p, t.Env) {
 		e.sparesLocked(p).ensure()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -209,7 +210,8 @@ func cgroupV2Dir() (string, bool, error) {
 	}
 	dir := filepath.Join(mount, strings.TrimPrefix(rel, root))
 	ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-	if err != nil || !strings.Contains(" "+string(ctrl)+" ", " memory ") {
+	// The file is a space-separated list ending in a newline.
+	if err != nil || !slices.Contains(strings.Fields(string(ctrl)), "memory") {
 		return "", false, errors.New("no memory controller in the cgroup v2 hierarchy")
 	}
 	return dir, true, nil
@@ -228,14 +230,8 @@ func cgroupV1Dir() (string, bool, error) {
 	return filepath.Join(mount, strings.TrimPrefix(rel, root)), false, nil
 }
 
-func hasWord(list, word string) bool {
-	for w := range strings.SplitSeq(list, ",") {
-		if w == word {
-			return true
-		}
-	}
-	return false
-}
+// hasWord reports whether the comma-separated list holds word.
+func hasWord(list, word string) bool { return slices.Contains(strings.Split(list, ","), word) }
 
 // selfCgroup returns the path in /proc/self/cgroup of the hierarchy whose
 // controller list matches.

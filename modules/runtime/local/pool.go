@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +49,11 @@ type pool struct {
 	removed   bool
 }
 
-func newPool(e *Executor, key string) *pool { return &pool{e: e, key: key} }
+// newPool returns the pool of a function deployed as t; deploy(t) then
+// starts its min_instances.
+func newPool(e *Executor, key string, t runtime.Target) *pool {
+	return &pool{e: e, key: key, target: &t}
+}
 
 // deploy makes t the current version and returns the instances to stop.
 // Settings that do not need new processes (limits, timeout, suspension)
@@ -59,7 +64,7 @@ func (p *pool) deploy(t runtime.Target) []*instance {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var stop []*instance
-	if p.target == nil || p.target.Version != t.Version {
+	if p.target.Version != t.Version {
 		for _, inst := range p.instances {
 			inst.gone = true
 			if inst.inflight == 0 {
@@ -291,9 +296,6 @@ func (p *pool) recycle(inst *instance) {
 func (p *pool) reap(now time.Time, idle time.Duration) []*instance {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.target == nil {
-		return nil
-	}
 	keep := p.target.MinInstances
 	if p.target.Suspended {
 		keep = 0
@@ -352,13 +354,17 @@ func (l *lease) Do(ctx context.Context, inv *runtime.Invocation, w http.Response
 		// No new invocation may pick it; wait briefly for the exit status,
 		// to say why.
 		l.pool.recycle(l.inst)
+		reason := cmp.Or(err, res.Err)
 		select {
 		case <-l.inst.proc.done:
-			err = fmt.Errorf("%w (%s)", runtime.ErrCrashed, l.inst.proc.exitReason())
+			reason = fmt.Errorf("%w (%s)", runtime.ErrCrashed, l.inst.proc.exitReason())
 		case <-time.After(100 * time.Millisecond):
 		}
+		// A crash after the status went out is the response's failure.
 		if res.Err != nil {
-			res.Err, err = err, nil
+			res.Err = reason
+		} else {
+			err = reason
 		}
 	}
 	return res, err
