@@ -11,8 +11,9 @@ import (
 var (
 	// ErrNotDeployed: the executor runs no version of the function.
 	ErrNotDeployed = errors.New("function is not deployed")
-	// ErrOverloaded: every instance is busy, no more may start and the wait
-	// queue is full.
+	// ErrOverloaded: every instance is busy and no more may start, and the
+	// wait queue is full or no capacity freed up within the function's
+	// timeout.
 	ErrOverloaded = errors.New("function is overloaded")
 	// ErrStart: an instance could not be started (the handler does not load,
 	// the interpreter is missing). The error's message is for the user.
@@ -77,7 +78,9 @@ type Lease interface {
 	// status, headers and body; the protocol's X-Sless-* response headers
 	// are consumed, not copied). It returns what the platform records. A
 	// failure before anything was written to w is returned as an error
-	// (ErrTimeout, ErrCrashed); after that, Result.Err says what happened.
+	// (ErrTimeout, ErrCrashed, or a failure reading inv.Request.Body, which
+	// an executor passes on wrapped); after that, Result.Err says what
+	// happened.
 	// Cancelling ctx ends the invocation as its deadline does (the handler
 	// may still be running, so its instance is recycled).
 	Do(ctx context.Context, inv *Invocation, w http.ResponseWriter) (Result, error)
@@ -100,7 +103,7 @@ type Invocation struct {
 	// Request is the client's request: method, path below the function,
 	// query, headers and body. Its context is not used: the deadline is.
 	Request *http.Request
-	// Path is the path below the function ("/" when empty).
+	// Path is the path below the function, escaped, starting with "/".
 	Path string
 	// Deadline is when the invocation times out.
 	Deadline time.Time

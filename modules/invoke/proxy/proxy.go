@@ -194,7 +194,9 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 	rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
 	rec.QueueMS = ms(max(time.Since(start)-cold, 0))
 
-	if c.r.Body != nil {
+	if c.r.Body != nil && c.r.ContentLength < 0 {
+		// A declared length was checked above, and no more is read; a
+		// chunked body is cut at the limit.
 		c.r.Body = http.MaxBytesReader(nil, c.r.Body, p.cfg.MaxRequestBytes)
 	}
 	inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
@@ -244,7 +246,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		p.fail(c, rec, http.StatusServiceUnavailable, msg)
 	case errors.Is(err, runtime.ErrOverloaded):
 		c.w.Header().Set("Retry-After", "1")
-		p.fail(c, rec, http.StatusServiceUnavailable, fmt.Sprintf("function %q is at capacity (max_instances and concurrency reached and the wait queue is full); retry later", c.name))
+		p.fail(c, rec, http.StatusServiceUnavailable, fmt.Sprintf("function %q is at capacity (max_instances and concurrency reached, and the wait queue is full or nothing freed up in time); retry later", c.name))
 	case errors.Is(err, runtime.ErrStart):
 		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+strings.TrimPrefix(err.Error(), runtime.ErrStart.Error()+": "))
 	case ctx.Err() != nil:

@@ -35,7 +35,7 @@ type Config struct {
 	// to the function's MinInstances (scale to zero). Default 5m.
 	IdleTimeout time.Duration
 	// Spares is the number of pre-started generic processes kept per runtime
-	// in use. Default 1; 0 turns pre-starting off.
+	// in use; 0 turns pre-starting off.
 	Spares int
 	// QueueDepth is the most invocations of one function that wait for
 	// capacity; beyond it Acquire fails with ErrOverloaded. Default 100.
@@ -47,9 +47,6 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 5 * time.Minute
-	}
-	if c.Spares < 0 {
-		c.Spares = 0
 	}
 	if c.QueueDepth <= 0 {
 		c.QueueDepth = 100

@@ -126,7 +126,7 @@ func (c *Client) Do(ctx context.Context, inv *runtime.Invocation, w http.Respons
 		cn.Close()
 		return res, err
 	}
-	cn.SetDeadline(time.Time{})
+	// The deadline stays: the next Do sets its own before any use.
 	c.put(cn)
 	return res, nil
 }
@@ -134,7 +134,9 @@ func (c *Client) Do(ctx context.Context, inv *runtime.Invocation, w http.Respons
 // roundTrip writes the request and streams the response. reusable reports
 // that the connection is at the start of the next response.
 func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res runtime.Result, reusable bool, err error) {
-	n, err := writeRequest(cn.bw, inv)
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	n, err := writeRequest(cn.bw, inv, *buf)
 	res.RequestBytes = n
 	if err != nil {
 		return res, false, err
@@ -149,9 +151,7 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 	}
 	w.WriteHeader(head.status)
 	body, reusable := bodyReader(cn.br, head)
-	buf := copyBufs.Get().(*[]byte)
 	written, copyErr := io.CopyBuffer(writerOnly{w}, body, *buf)
-	copyBufs.Put(buf)
 	res.ResponseBytes = written
 	if copyErr != nil {
 		// The status is out: report the failure in the result.
@@ -184,7 +184,8 @@ func skipHeader(k string) bool {
 	return hopHeaders[k] || (len(k) >= len(ProtocolHeaderPrefix) && strings.EqualFold(k[:len(ProtocolHeaderPrefix)], ProtocolHeaderPrefix))
 }
 
-func writeRequest(bw *bufio.Writer, inv *runtime.Invocation) (int64, error) {
+// writeRequest sends inv, copying its body through buf.
+func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64, error) {
 	r := inv.Request
 	bw.WriteString(r.Method)
 	bw.WriteByte(' ')
@@ -219,13 +220,11 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation) (int64, error) {
 		bw.WriteString("Content-Length: 0\r\n\r\n")
 		return 0, connErr("sending the request", bw.Flush())
 	}
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
 	if r.ContentLength > 0 {
 		bw.WriteString("Content-Length: ")
 		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
 		bw.WriteString("\r\n\r\n")
-		n, err := copyBody(bw, io.LimitReader(body, r.ContentLength), *buf)
+		n, err := copyBody(bw, io.LimitReader(body, r.ContentLength), buf)
 		if err == nil && n < r.ContentLength {
 			err = &BodyError{io.ErrUnexpectedEOF}
 		}
@@ -236,7 +235,7 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation) (int64, error) {
 	}
 	bw.WriteString("Transfer-Encoding: chunked\r\n\r\n")
 	cw := httputil.NewChunkedWriter(bw)
-	n, err := copyBody(cw, body, *buf)
+	n, err := copyBody(cw, body, buf)
 	if err != nil {
 		return n, err
 	}
@@ -372,7 +371,7 @@ func decodeJSONString(v string) string {
 func bodyReader(br *bufio.Reader, h head) (io.Reader, bool) {
 	switch {
 	case h.status == http.StatusNoContent || h.status == http.StatusNotModified || h.status < 200:
-		return bytes.NewReader(nil), true
+		return http.NoBody, true
 	case h.chunked:
 		return httputil.NewChunkedReader(br), true
 	case h.contentLength >= 0:

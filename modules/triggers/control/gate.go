@@ -6,6 +6,7 @@ package control
 import (
 	"sync"
 
+	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/triggers"
 )
 
@@ -13,42 +14,42 @@ import (
 // trigger reconciler is its only writer; /fn reads it on every request.
 type Gate struct {
 	mu sync.RWMutex
-	// functionOf maps an enabled http trigger to its function's "ns/name".
-	functionOf map[triggers.Key]string
+	// functionOf maps an enabled http trigger to its function.
+	functionOf map[triggers.Key]functions.Key
 	// triggers counts the enabled http triggers of a function.
-	triggers map[string]int
+	triggers map[functions.Key]int
 }
 
 // NewGate returns a gate that exposes nothing.
 func NewGate() *Gate {
-	return &Gate{functionOf: map[triggers.Key]string{}, triggers: map[string]int{}}
+	return &Gate{functionOf: map[triggers.Key]functions.Key{}, triggers: map[functions.Key]int{}}
 }
 
 // Exposed implements invoke.Exposure.
 func (g *Gate) Exposed(ns, function string) bool {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.triggers[ns+"/"+function] > 0
+	return g.triggers[functions.Key{Namespace: ns, Name: function}] > 0
 }
 
-// set records whether the trigger key exposes function ("" for none) and
-// returns the functions whose exposure changed.
-func (g *Gate) set(key triggers.Key, function string) []string {
+// set records whether the trigger key exposes function (the zero Key for
+// none) and returns the functions whose exposure changed.
+func (g *Gate) set(key triggers.Key, function functions.Key) []functions.Key {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	old := g.functionOf[key]
 	if old == function {
 		return nil
 	}
-	var changed []string
-	if old != "" {
+	var changed []functions.Key
+	if old != (functions.Key{}) {
 		delete(g.functionOf, key)
 		if g.triggers[old]--; g.triggers[old] == 0 {
 			delete(g.triggers, old)
 			changed = append(changed, old)
 		}
 	}
-	if function != "" {
+	if function != (functions.Key{}) {
 		g.functionOf[key] = function
 		if g.triggers[function]++; g.triggers[function] == 1 {
 			changed = append(changed, function)

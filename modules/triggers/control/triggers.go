@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"sless.kube5s.ru/sless/internal/controller"
@@ -50,7 +49,7 @@ func (r *TriggerReconciler) LoadGate(ctx context.Context) error {
 	}
 	for _, t := range all {
 		if t.Type == triggers.TypeHTTP && t.IsEnabled() {
-			r.gate.set(t.Key(), t.Namespace+"/"+t.Function)
+			r.gate.set(t.Key(), functionOf(t))
 		}
 	}
 	return nil
@@ -76,7 +75,7 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (co
 		for _, runner := range r.runners {
 			runner.Remove(key)
 		}
-		r.expose(key, "")
+		r.expose(key, functions.Key{})
 		r.keeper.forget(key)
 		return controller.Result{}, nil
 	}
@@ -89,7 +88,7 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (co
 	var res controller.Result
 	if !t.IsEnabled() {
 		phase = triggers.PhaseDisabled
-	} else if _, err := r.functions.Get(ctx, functions.Key{Namespace: t.Namespace, Name: t.Function}); errors.Is(err, functions.ErrNotFound) {
+	} else if _, err := r.functions.Get(ctx, functionOf(t)); errors.Is(err, functions.ErrNotFound) {
 		phase, msg = triggers.PhaseError, fmt.Sprintf("function %q does not exist in namespace %q", t.Function, t.Namespace)
 		res.RequeueAfter = missingFunctionRetry
 	} else if err != nil {
@@ -97,9 +96,9 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (co
 	}
 	active := phase == triggers.PhaseActive
 
-	exposed := ""
+	var exposed functions.Key
 	if t.Type == triggers.TypeHTTP && active {
-		exposed = t.Namespace + "/" + t.Function
+		exposed = functionOf(t)
 	}
 	r.expose(key, exposed)
 	for typ, runner := range r.runners {
@@ -116,11 +115,15 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (co
 
 // expose sets what the trigger exposes on /fn and tells the functions
 // reconciler about every function whose exposure changed.
-func (r *TriggerReconciler) expose(key triggers.Key, function string) {
+func (r *TriggerReconciler) expose(key triggers.Key, function functions.Key) {
 	for _, fn := range r.gate.set(key, function) {
-		ns, name, _ := strings.Cut(fn, "/")
-		r.notifier.Changed(functions.Key{Namespace: ns, Name: name})
+		r.notifier.Changed(fn)
 	}
+}
+
+// functionOf returns the key of the function t invokes.
+func functionOf(t *triggers.Trigger) functions.Key {
+	return functions.Key{Namespace: t.Namespace, Name: t.Function}
 }
 
 // Suspension implements functions.Suspension from the stored triggers: a
