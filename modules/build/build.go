@@ -68,8 +68,11 @@ type Builder interface {
 // Pruner is implemented by builders whose artifacts can be listed and
 // removed, so that the artifacts no function uses stop taking space. Removing
 // one costs a rebuild if its code is deployed again; it never loses code.
+// Its methods are safe to call while builds run: such a builder records when
+// Build last returned each artifact.
 type Pruner interface {
-	// Artifacts returns every artifact the builder keeps.
+	// Artifacts returns every artifact the builder keeps, in the form
+	// Result.Artifact has, so that they compare with what functions record.
 	Artifacts(ctx context.Context) ([]string, error)
 	// RemoveUnused removes artifact unless a Build returned it at or after
 	// since, the time the caller first saw no function use it: such a Build's

@@ -115,7 +115,8 @@ type Store interface {
 	// List returns a namespace's functions ordered by name, after
 	// opts.After, at most opts.Limit; more reports whether more follow.
 	List(ctx context.Context, namespace string, opts ListOptions) (items []*Function, more bool, err error)
-	// Keys returns every function's key, for a resync after start-up.
+	// Keys returns every function's key, for a resync after start-up and
+	// for finding the artifacts in use.
 	Keys(ctx context.Context) ([]Key, error)
 	// UpdateSpec replaces the spec and increments the generation.
 	UpdateSpec(ctx context.Context, key Key, spec Spec) (*Function, error)

@@ -32,8 +32,8 @@ type Runtimes interface {
 
 // Builder implements build.Builder with directories under Dir:
 // Dir/<id> is the artifact of one (runtime, code) pair, where id is a hash of
-// both, so functions with the same code share it; Dir/.tmp-* are builds in
-// progress.
+// both, so functions with the same code share it; Dir/.tmp-* are builds and
+// removals in progress.
 type Builder struct {
 	dir      string
 	blobs    storage.Blobs
@@ -45,7 +45,7 @@ type Builder struct {
 }
 
 // New returns a builder that keeps artifacts in dir, removing what builds
-// interrupted by a crash left behind.
+// and removals interrupted by a crash left behind.
 func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limits, log *slog.Logger) (*Builder, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the artifact directory: %w", err)
@@ -118,30 +118,38 @@ func (b *Builder) RemoveUnused(_ context.Context, artifact string, since time.Ti
 	if filepath.Dir(artifact) != b.dir || !isArtifactID(id) {
 		return false, fmt.Errorf("%q is not an artifact of this builder", artifact)
 	}
-	unlock := b.locks.Lock(id)
-	st, err := os.Stat(artifact)
-	if errors.Is(err, os.ErrNotExist) {
-		unlock()
-		return false, nil
-	}
-	if err != nil || !st.ModTime().Before(since) {
-		unlock()
+	trash, err := b.detach(id, since)
+	if trash == "" || err != nil {
 		return false, err
-	}
-	// The .tmp- prefix makes New remove it should the server stop before
-	// the deletion below finishes.
-	trash, err := os.MkdirTemp(b.dir, ".tmp-removed-")
-	if err == nil {
-		err = os.Rename(artifact, filepath.Join(trash, id))
-	}
-	unlock()
-	if err != nil {
-		return false, fmt.Errorf("removing artifact %s: %w", id, err)
 	}
 	if err := os.RemoveAll(trash); err != nil {
 		return true, fmt.Errorf("removing artifact %s: %w", id, err)
 	}
 	return true, nil
+}
+
+// detach moves artifact id into a new trash directory unless it is gone or
+// a Build returned it at or after since, and returns the trash directory
+// ("" when it left the artifact). Its .tmp- prefix makes New remove it
+// should the server stop before it is deleted.
+func (b *Builder) detach(id string, since time.Time) (string, error) {
+	defer b.locks.Lock(id)()
+	artifact := filepath.Join(b.dir, id)
+	st, err := os.Stat(artifact)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && !st.ModTime().Before(since)) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	trash, err := os.MkdirTemp(b.dir, ".tmp-removed-")
+	if err == nil {
+		err = os.Rename(artifact, filepath.Join(trash, id))
+	}
+	if err != nil {
+		return "", fmt.Errorf("removing artifact %s: %w", id, err)
+	}
+	return trash, nil
 }
 
 func touch(path string) error {

@@ -40,9 +40,9 @@ type Config struct {
 	ArtifactGrace time.Duration
 }
 
-// DefaultArtifactGrace is the default Config.ArtifactGrace: longer than any
+// defaultArtifactGrace is the default Config.ArtifactGrace: longer than any
 // invocation may run, so instances of replaced code have drained.
-const DefaultArtifactGrace = time.Hour
+const defaultArtifactGrace = time.Hour
 
 // Module is the functions module.
 var Module = fx.Module("functions",
@@ -79,6 +79,6 @@ func startPruning(lc fx.Lifecycle, c Config, store functions.Store, builder buil
 	if !ok {
 		return
 	}
-	col := prune.New(store, pruner, cmp.Or(c.ArtifactGrace, DefaultArtifactGrace), log)
+	col := prune.New(store, pruner, cmp.Or(c.ArtifactGrace, defaultArtifactGrace), log)
 	lc.Append(fx.Hook{OnStart: col.Start, OnStop: col.Stop})
 }

@@ -6,12 +6,14 @@
 package prune
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/periodic"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/functions"
 )
@@ -27,9 +29,7 @@ type Collector struct {
 
 	// unusedSince holds when each unreferenced artifact was first seen so.
 	unusedSince map[string]time.Time
-
-	stop context.CancelFunc
-	done chan struct{}
+	loop        *periodic.Loop
 }
 
 // New returns a collector that removes an artifact once no function has
@@ -53,39 +53,31 @@ func (c *Collector) Collect(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	now := c.now()
-	listed := make(map[string]bool, len(artifacts))
+	// Only the artifacts listed and unused now are carried to the next pass.
+	next := map[string]time.Time{}
 	removed := 0
 	var errs []error
 	for _, a := range artifacts {
-		listed[a] = true
 		if used[a] {
-			delete(c.unusedSince, a)
 			continue
 		}
 		since, seen := c.unusedSince[a]
-		if !seen {
-			c.unusedSince[a] = now
-			continue
-		}
-		if now.Sub(since) < c.grace {
+		if !seen || now.Sub(since) < c.grace {
+			next[a] = cmp.Or(since, now)
 			continue
 		}
 		ok, err := c.pruner.RemoveUnused(ctx, a, since)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
-		case ok:
+			next[a] = since
+		case !ok: // a build returned it since: look again from now on
+			next[a] = now
+		default:
 			removed++
-			delete(c.unusedSince, a)
-		default: // a build returned it since: look again from now on
-			c.unusedSince[a] = now
 		}
 	}
-	for a := range c.unusedSince {
-		if !listed[a] {
-			delete(c.unusedSince, a)
-		}
-	}
+	c.unusedSince = next
 	return removed, errors.Join(errs...)
 }
 
@@ -111,26 +103,11 @@ func (c *Collector) referenced(ctx context.Context) (map[string]bool, error) {
 	return used, nil
 }
 
-// Start runs Collect now and then a few times per grace period until Stop;
-// failures are logged. It returns at once.
+// Start runs Collect now and then a few times per grace period (so that an
+// artifact goes soon after its grace ends) until Stop, logging failures. It
+// returns at once.
 func (c *Collector) Start(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.stop, c.done = cancel, make(chan struct{})
-	go c.run(ctx, interval(c.grace))
-	return nil
-}
-
-// interval is how often Start collects: a few passes per grace period, so
-// that an artifact goes soon after its grace ends.
-func interval(grace time.Duration) time.Duration {
-	return max(grace/4, time.Second)
-}
-
-func (c *Collector) run(ctx context.Context, every time.Duration) {
-	defer close(c.done)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
+	c.loop = periodic.Start(ctx, max(c.grace/4, time.Second), func(ctx context.Context) {
 		removed, err := c.Collect(ctx)
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("removing unused build artifacts failed; retrying later", "error", err)
@@ -138,24 +115,14 @@ func (c *Collector) run(ctx context.Context, every time.Duration) {
 		if removed > 0 {
 			c.log.Info("removed unused build artifacts", "count", removed)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	})
+	return nil
 }
 
-// Stop stops the periodic collection and waits for a pass in progress.
-func (c *Collector) Stop(ctx context.Context) error {
-	if c.stop == nil {
-		return nil
+// Stop stops the periodic collection, waiting for a pass in progress.
+func (c *Collector) Stop(context.Context) error {
+	if c.loop != nil {
+		c.loop.Stop()
 	}
-	c.stop()
-	select {
-	case <-c.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stopping the artifact collector: %w", ctx.Err())
-	}
+	return nil
 }

@@ -1,6 +1,7 @@
 // Package reconcile is the one lifecycle of a function, shared by the
 // embedded and the cluster mode: desired spec + observed status -> build if
-// the code changed -> status. It depends on contracts only; the embedded mode
+// the code changed -> deploy the last good artifact (or undeploy) -> status.
+// It depends on contracts only; the embedded mode
 // drives it from a work queue, the cluster mode from controller-runtime.
 package reconcile
 

@@ -21,6 +21,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"sless.kube5s.ru/sless/internal/periodic"
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/invoke"
 )
@@ -97,8 +98,8 @@ type Ledger struct {
 	// writer and read after writerDone is closed.
 	dropped int
 
-	stopMaintenance context.CancelFunc
-	maintenanceDone chan struct{}
+	// maintenance runs Maintain hourly between Start and Stop.
+	maintenance *periodic.Loop
 	// deleteBatch is how many rows one retention DELETE removes.
 	deleteBatch int
 }
@@ -131,10 +132,7 @@ func (l *Ledger) Start(ctx context.Context) error {
 	}
 	l.started = true
 	l.startWriter()
-	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.stopMaintenance = cancel
-	l.maintenanceDone = make(chan struct{})
-	go l.maintenanceLoop(mctx)
+	l.maintenance = periodic.Start(ctx, maintenanceInterval, l.maintainOrLog)
 	return nil
 }
 
@@ -147,7 +145,7 @@ func (l *Ledger) Stop(ctx context.Context) error {
 	l.mu.Lock()
 	first := !l.stopped
 	l.stopped = true
-	stopMaintenance, maintenanceDone := l.stopMaintenance, l.maintenanceDone
+	maintenance := l.maintenance
 	l.mu.Unlock()
 	if first {
 		l.startWriter()
@@ -155,8 +153,10 @@ func (l *Ledger) Stop(ctx context.Context) error {
 			l.senders.Wait()
 			close(l.queue)
 		}()
-		if stopMaintenance != nil {
-			stopMaintenance()
+		if maintenance != nil {
+			// Maintenance ends within a database round trip: its
+			// statements run with the context Stop cancels.
+			maintenance.Stop()
 		}
 	}
 	select {
@@ -164,11 +164,6 @@ func (l *Ledger) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		l.abortWrites(ctx.Err())
 		<-l.writerDone
-	}
-	if maintenanceDone != nil {
-		// Cancelled above, maintenance ends within a database round trip:
-		// its statements run with its context.
-		<-maintenanceDone
 	}
 	if l.dropped > 0 {
 		return fmt.Errorf("stopping the invocation ledger: %d queued records were not written: %w", l.dropped, context.Cause(l.writeCtx))

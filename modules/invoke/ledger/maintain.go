@@ -34,21 +34,11 @@ const (
 	partitionDay    = "20060102"
 )
 
-// maintenanceLoop runs Maintain now and then every maintenanceInterval
-// until ctx is cancelled. A failed run is logged; the next one retries it.
-func (l *Ledger) maintenanceLoop(ctx context.Context) {
-	defer close(l.maintenanceDone)
-	ticker := time.NewTicker(maintenanceInterval)
-	defer ticker.Stop()
-	for {
-		if err := l.Maintain(ctx); err != nil && ctx.Err() == nil {
-			l.log.Error("invocation ledger maintenance failed; retrying in an hour", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
+// maintainOrLog runs Maintain, logging a failure: the next hourly run
+// retries it.
+func (l *Ledger) maintainOrLog(ctx context.Context) {
+	if err := l.Maintain(ctx); err != nil && ctx.Err() == nil {
+		l.log.Error("invocation ledger maintenance failed; retrying in an hour", "error", err)
 	}
 }
 
