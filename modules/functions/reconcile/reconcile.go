@@ -1,8 +1,8 @@
 // Package reconcile is the one lifecycle of a function, shared by the
 // embedded and the cluster mode: desired spec + observed status -> build if
 // the code changed -> deploy the last good artifact (or undeploy) -> status.
-// It depends on contracts only; the embedded mode
-// drives it from a work queue, the cluster mode from controller-runtime.
+// It depends on contracts only; the embedded mode drives it from a work
+// queue, the cluster mode from controller-runtime.
 package reconcile
 
 import (
