@@ -5,7 +5,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,22 +32,10 @@ func Main(args []string, plugins ...fx.Option) int {
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		var ee exitError
-		if errors.As(err, &ee) {
-			return ee.code
-		}
 		return 1
 	}
 	return 0
 }
-
-// exitError carries an exit code other than 1.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
 
 // globals are the flags every client command shares.
 type globals struct {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
@@ -66,7 +67,7 @@ func readData(data string, stdin io.Reader) ([]byte, error) {
 }
 
 func newInvocationsCmd(g *globals) *cobra.Command {
-	var q client.InvocationQuery
+	var q invoke.Query
 	cmd := &cobra.Command{
 		Use:   "invocations NAME",
 		Short: "List a function's invocations, newest first",
@@ -114,12 +115,18 @@ func triggerLabel(r *invoke.Record) string {
 	return r.TriggerKind
 }
 
+// oneLine joins s onto one line of at most n bytes before an ellipsis,
+// cutting at a character boundary.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
+	if len(s) <= n {
+		return s
 	}
-	return s
+	cut := n - 1
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func newLogsCmd(g *globals) *cobra.Command {
@@ -169,7 +176,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 // (all of the newest limit when since is empty), oldest first, and returns
 // the newest id printed (or since).
 func printRecent(ctx context.Context, c *client.Client, ns, name, since string, limit int, out io.Writer) (string, error) {
-	items, _, err := c.ListInvocations(ctx, ns, name, client.InvocationQuery{Limit: limit})
+	items, _, err := c.ListInvocations(ctx, ns, name, invoke.Query{Limit: limit})
 	if err != nil {
 		return since, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"sless.kube5s.ru/sless/client"
 	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
 )
 
 func newTriggerCmd(g *globals) *cobra.Command {
@@ -30,12 +31,8 @@ func newTriggerCmd(g *globals) *cobra.Command {
 				t := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(t, "NAME\tTYPE\tFUNCTION\tENABLED\tPHASE\tFIRED\tFAILED\tLAST FIRED")
 				for _, tr := range ts {
-					last := ""
-					if tr.Status.LastFiredAt != nil {
-						last = humanize.Time(*tr.Status.LastFiredAt)
-					}
 					fmt.Fprintf(t, "%s\t%s\t%s\t%t\t%s\t%d\t%d\t%s\n", tr.Name, tr.Type, tr.Function, tr.IsEnabled(), tr.Status.Phase,
-						tr.Status.Fired, tr.Status.Failed, last)
+						tr.Status.Fired, tr.Status.Failed, ago(tr.Status.LastFiredAt))
 				}
 				return t.Flush()
 			}),
@@ -96,13 +93,13 @@ func waitApplied(ctx context.Context, c *client.Client, stderr io.Writer, t *tri
 }
 
 func newTriggerEnableCmd(g *globals, enable bool) *cobra.Command {
-	verb := map[bool]string{true: "enable", false: "disable"}[enable]
+	verb, short := "enable", "Enable a trigger"
+	if !enable {
+		verb, short = "disable", "Disable a trigger (once none of its http triggers is enabled, a function answers 404 on /fn and scales to zero)"
+	}
 	var wait time.Duration
 	cmd := &cobra.Command{
-		Use: verb + " NAME", Short: map[bool]string{
-			true:  "Enable a trigger",
-			false: "Disable a trigger (an http trigger's function answers 404 on /fn and scales to zero)",
-		}[enable],
+		Use: verb + " NAME", Short: short,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
 			t, err := c.GetTrigger(cmd.Context(), ns, args[0])
@@ -173,14 +170,14 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 	fl.StringVar(&t.Schedule, "schedule", "", "cron: 5-field expression, @hourly-style descriptor or @every <duration>")
 	fl.StringVar(&t.Timezone, "timezone", "", "cron: IANA time zone (default UTC)")
 	fl.StringVar(&payload, "payload", "", "cron: JSON event of every run")
-	fl.StringVar(&t.ConcurrencyPolicy, "concurrency-policy", "", "cron: Allow (default), Forbid or Replace")
+	fl.StringVar(&t.ConcurrencyPolicy, "concurrency-policy", "", fmt.Sprintf("cron: %s (default), %s or %s", triggers.PolicyAllow, triggers.PolicyForbid, triggers.PolicyReplace))
 	fl.IntVar(&t.PrewarmSeconds, "prewarm-seconds", 0, "cron: start an instance this long before each run")
 	fl.StringVar(&t.URL, "url", "", "rabbitmq: amqp://user:password@host:5672/vhost")
 	fl.StringVar(&t.Queue, "queue", "", "rabbitmq: queue to consume")
 	fl.StringVar(&t.Exchange, "exchange", "", "rabbitmq: exchange to bind the queue to")
 	fl.StringVar(&t.RoutingKey, "routing-key", "", "rabbitmq: routing key of the binding")
-	fl.IntVar(&t.Prefetch, "prefetch", 0, "rabbitmq: messages in flight (default 10)")
-	fl.IntVar(&maxRetries, "max-retries", 0, "rabbitmq: retries of a failed message before it is dead-lettered (default 3)")
+	fl.IntVar(&t.Prefetch, "prefetch", 0, fmt.Sprintf("rabbitmq: messages in flight (default %d)", rabbitmq.DefaultPrefetch))
+	fl.IntVar(&maxRetries, "max-retries", 0, fmt.Sprintf("rabbitmq: retries of a failed message before it is dead-lettered (default %d)", rabbitmq.DefaultMaxRetries))
 	fl.StringVar(&t.DeadLetterExchange, "dead-letter-exchange", "", "rabbitmq: exchange for messages that failed every retry")
 	fl.StringVar(&t.DeadLetterQueue, "dead-letter-queue", "", "rabbitmq: queue for messages that failed every retry")
 	addApplyWaitFlag(cmd, &wait)
@@ -244,11 +241,7 @@ runs the function twice.`,
 				t := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(t, "NAME\tFUNCTION\tRUN\tPHASE\tSTATUS\tFINISHED")
 				for _, j := range js {
-					finished := ""
-					if j.Status.FinishedAt != nil {
-						finished = humanize.Time(*j.Status.FinishedAt)
-					}
-					fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%d\t%s\n", j.Name, j.Function, j.Status.RunID, j.Status.Phase, j.Status.StatusCode, finished)
+					fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%d\t%s\n", j.Name, j.Function, j.Status.RunID, j.Status.Phase, j.Status.StatusCode, ago(j.Status.FinishedAt))
 				}
 				return t.Flush()
 			}),
@@ -294,4 +287,12 @@ func printJobResult(g *globals, out, errOut io.Writer, j *triggers.Job) error {
 		return fmt.Errorf("job %s run %d failed: %s", j.Name, j.Status.RunID, j.Status.Error)
 	}
 	return nil
+}
+
+// ago says how long ago t was, "" for no time.
+func ago(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return humanize.Time(*t)
 }

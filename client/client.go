@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
 )
@@ -93,25 +94,35 @@ func (c *Client) httpClient() *http.Client {
 	return &http.Client{Timeout: 60 * time.Second}
 }
 
-// do sends a request to path (below the endpoint) with an optional body and
-// decodes a JSON answer into out (when out is non-nil).
-func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, out any) error {
+// send sends an authenticated request to path (below the endpoint) with an
+// optional body through hc and returns the answer with its body read.
+func (c *Client) send(ctx context.Context, hc *http.Client, method, path string, body io.Reader, contentType string) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.Endpoint+path, body)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := c.httpClient().Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("calling sless at %s: %w", c.Endpoint, err)
+		return nil, nil, fmt.Errorf("calling sless at %s: %w", c.Endpoint, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("reading the answer of %s %s: %w", method, path, err)
+		return nil, nil, fmt.Errorf("reading the answer of %s %s: %w", method, path, err)
+	}
+	return resp, data, nil
+}
+
+// do sends a request to path (below the endpoint) with an optional body and
+// decodes a JSON answer into out (when out is non-nil).
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, out any) error {
+	resp, data, err := c.send(ctx, c.httpClient(), method, path, body, contentType)
+	if err != nil {
+		return err
 	}
 	if resp.StatusCode >= 300 {
 		return decodeError(resp.StatusCode, resp.Status, data)
@@ -146,46 +157,72 @@ func (c *Client) Whoami(ctx context.Context) (string, error) {
 	return out.Namespace, err
 }
 
-func fnPath(ns, name string) string {
-	p := "/v1/namespaces/" + url.PathEscape(ns) + "/functions"
+// objPath is the API path of the kind's collection in namespace ns, or of
+// the object name in it.
+func objPath(kind, ns, name string) string {
+	p := "/v1/namespaces/" + url.PathEscape(ns) + "/" + kind
 	if name != "" {
 		p += "/" + url.PathEscape(name)
 	}
 	return p
 }
 
+// listAll follows the pages of a list call.
+func listAll[T any](ctx context.Context, c *Client, path string) ([]T, error) {
+	var all []T
+	after := ""
+	for {
+		var page struct {
+			Items    []T    `json:"items"`
+			Continue string `json:"continue"`
+		}
+		p := path + "?limit=" + fmt.Sprint(validation.MaxPageSize)
+		if after != "" {
+			p += "&continue=" + url.QueryEscape(after)
+		}
+		if err := c.doJSON(ctx, http.MethodGet, p, nil, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Items...)
+		if page.Continue == "" {
+			return all, nil
+		}
+		after = page.Continue
+	}
+}
+
 // CreateFunction creates fn in its namespace.
 func (c *Client) CreateFunction(ctx context.Context, fn *functions.Function) (*functions.Function, error) {
 	var out functions.Function
-	return &out, c.doJSON(ctx, http.MethodPost, fnPath(fn.Namespace, ""), fn, &out)
+	return &out, c.doJSON(ctx, http.MethodPost, objPath("functions", fn.Namespace, ""), fn, &out)
 }
 
 // UpdateFunction replaces the spec of fn.
 func (c *Client) UpdateFunction(ctx context.Context, fn *functions.Function) (*functions.Function, error) {
 	var out functions.Function
-	return &out, c.doJSON(ctx, http.MethodPut, fnPath(fn.Namespace, fn.Name), fn, &out)
+	return &out, c.doJSON(ctx, http.MethodPut, objPath("functions", fn.Namespace, fn.Name), fn, &out)
 }
 
 // GetFunction returns one function.
 func (c *Client) GetFunction(ctx context.Context, ns, name string) (*functions.Function, error) {
 	var out functions.Function
-	return &out, c.doJSON(ctx, http.MethodGet, fnPath(ns, name), nil, &out)
+	return &out, c.doJSON(ctx, http.MethodGet, objPath("functions", ns, name), nil, &out)
 }
 
 // ListFunctions returns every function of a namespace, following pages.
 func (c *Client) ListFunctions(ctx context.Context, ns string) ([]*functions.Function, error) {
-	return listAll[*functions.Function](ctx, c, fnPath(ns, ""))
+	return listAll[*functions.Function](ctx, c, objPath("functions", ns, ""))
 }
 
 // DeleteFunction deletes a function.
 func (c *Client) DeleteFunction(ctx context.Context, ns, name string) error {
-	return c.do(ctx, http.MethodDelete, fnPath(ns, name), nil, "", nil)
+	return c.do(ctx, http.MethodDelete, objPath("functions", ns, name), nil, "", nil)
 }
 
 // UploadCode uploads a zip as the function's code.
 func (c *Client) UploadCode(ctx context.Context, ns, name string, zip []byte) (*functions.Function, error) {
 	var out functions.Function
-	return &out, c.do(ctx, http.MethodPost, fnPath(ns, name)+"/upload", bytes.NewReader(zip), "application/zip", &out)
+	return &out, c.do(ctx, http.MethodPost, objPath("functions", ns, name)+"/upload", bytes.NewReader(zip), "application/zip", &out)
 }
 
 // InvokeURL returns the URL that invokes a function over HTTP.
@@ -247,22 +284,11 @@ type InvokeResult struct {
 // authenticated API (it works whether or not the function is exposed on /fn).
 // A function's error status is a result, not an error.
 func (c *Client) Invoke(ctx context.Context, ns, name string, body []byte) (*InvokeResult, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Endpoint+fnPath(ns, name)+"/invoke", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	req.Header.Set("Content-Type", "application/json")
 	hc := *c.httpClient()
 	hc.Timeout = 0 // the function's own timeout bounds the call
-	resp, err := hc.Do(req)
+	resp, data, err := c.send(ctx, &hc, http.MethodPost, objPath("functions", ns, name)+"/invoke", bytes.NewReader(body), "application/json")
 	if err != nil {
-		return nil, fmt.Errorf("calling sless at %s: %w", c.Endpoint, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("reading the function's answer: %w", err)
+		return nil, err
 	}
 	id := resp.Header.Get("X-Sless-Invocation-Id")
 	if id == "" {
@@ -272,16 +298,10 @@ func (c *Client) Invoke(ctx context.Context, ns, name string, body []byte) (*Inv
 	return &InvokeResult{InvocationID: id, StatusCode: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }
 
-// InvocationQuery selects invocations; see invoke.Query.
-type InvocationQuery struct {
-	Status, TriggerKind, TriggerName string
-	Limit                            int
-	Before                           string
-}
-
-// ListInvocations returns a page of a function's invocations, newest first,
-// and the cursor of the next page.
-func (c *Client) ListInvocations(ctx context.Context, ns, name string, q InvocationQuery) ([]*invoke.Record, string, error) {
+// ListInvocations returns a page of the invocations of function name that
+// q selects (q.Function is not used), newest first, and the cursor of the
+// next page.
+func (c *Client) ListInvocations(ctx context.Context, ns, name string, q invoke.Query) ([]*invoke.Record, string, error) {
 	v := url.Values{}
 	for k, s := range map[string]string{"status": q.Status, "trigger_kind": q.TriggerKind, "trigger_name": q.TriggerName, "before": q.Before} {
 		if s != "" {
@@ -295,12 +315,12 @@ func (c *Client) ListInvocations(ctx context.Context, ns, name string, q Invocat
 		Items []*invoke.Record `json:"items"`
 		Next  string           `json:"next"`
 	}
-	err := c.doJSON(ctx, http.MethodGet, fnPath(ns, name)+"/invocations?"+v.Encode(), nil, &page)
+	err := c.doJSON(ctx, http.MethodGet, objPath("functions", ns, name)+"/invocations?"+v.Encode(), nil, &page)
 	return page.Items, page.Next, err
 }
 
 // GetInvocation returns one invocation with its logs.
 func (c *Client) GetInvocation(ctx context.Context, ns, id string) (*invoke.Record, error) {
 	var out invoke.Record
-	return &out, c.doJSON(ctx, http.MethodGet, "/v1/namespaces/"+url.PathEscape(ns)+"/invocations/"+url.PathEscape(id), nil, &out)
+	return &out, c.doJSON(ctx, http.MethodGet, objPath("invocations", ns, id), nil, &out)
 }

@@ -2,45 +2,10 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"net/url"
 
-	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/triggers"
 )
-
-func objPath(kind, ns, name string) string {
-	p := "/v1/namespaces/" + url.PathEscape(ns) + "/" + kind
-	if name != "" {
-		p += "/" + url.PathEscape(name)
-	}
-	return p
-}
-
-// listAll follows the pages of a list call.
-func listAll[T any](ctx context.Context, c *Client, path string) ([]T, error) {
-	var all []T
-	after := ""
-	for {
-		var page struct {
-			Items    []T    `json:"items"`
-			Continue string `json:"continue"`
-		}
-		p := path + "?limit=" + fmt.Sprint(validation.MaxPageSize)
-		if after != "" {
-			p += "&continue=" + url.QueryEscape(after)
-		}
-		if err := c.doJSON(ctx, http.MethodGet, p, nil, &page); err != nil {
-			return nil, err
-		}
-		all = append(all, page.Items...)
-		if page.Continue == "" {
-			return all, nil
-		}
-		after = page.Continue
-	}
-}
 
 // CreateTrigger creates t in its namespace.
 func (c *Client) CreateTrigger(ctx context.Context, t *triggers.Trigger) (*triggers.Trigger, error) {
