@@ -1,6 +1,7 @@
 // Package triggers is the contract of the triggers module: the Trigger and
-// Job models of the REST API, their validation, the stores, and the Runner
-// contract that each trigger type (cron, rabbitmq) implements.
+// Job models of the REST API, the Runner contract that each trigger type
+// (cron, rabbitmq) implements, and the Reporter and Warmer that runners use.
+// Validation lives in trapi, the stores in trstore.
 package triggers
 
 import (
@@ -70,9 +71,9 @@ type Spec struct {
 	Function string `json:"function"`
 	// Type is http, cron or rabbitmq.
 	Type string `json:"type"`
-	// Enabled defaults to true. A disabled http trigger makes /fn answer 404
-	// and scales the function to zero; a disabled cron or rabbitmq trigger
-	// stops firing or consuming. Nothing is deleted.
+	// Enabled defaults to true. Once none of a function's http triggers is
+	// enabled, /fn answers 404 for it and it scales to zero; a disabled cron
+	// or rabbitmq trigger stops firing or consuming. Nothing is deleted.
 	Enabled *bool `json:"enabled,omitempty"`
 	CronSpec
 	RabbitMQSpec
@@ -85,8 +86,10 @@ func (s *Spec) IsEnabled() bool { return s.Enabled == nil || *s.Enabled }
 const (
 	PhaseActive   = "Active"
 	PhaseDisabled = "Disabled"
-	// PhaseError: the trigger cannot run (its function is missing, its broker
-	// refuses it); Message says why, and it is retried.
+	// PhaseError: the trigger cannot run (its function is missing, its
+	// broker refuses it, its spec is refused by its runner); Message says
+	// why. A missing function is looked up again and a broker retried; a
+	// refused spec waits for a change of the trigger.
 	PhaseError = "Error"
 )
 
@@ -97,7 +100,8 @@ type Status struct {
 	// LastFiredAt is when the trigger last invoked its function.
 	LastFiredAt *time.Time `json:"last_fired_at,omitempty"`
 	// LastError is the last failure of an invocation or of the trigger
-	// itself, and LastErrorAt when it happened.
+	// itself, or the reason of the last skip or dead letter, and LastErrorAt
+	// when it happened.
 	LastError   string     `json:"last_error,omitempty"`
 	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
 	// NextFireAt is a cron trigger's next run.
@@ -128,6 +132,7 @@ type Key struct {
 	Namespace, Name string
 }
 
+// String returns "namespace/name".
 func (k Key) String() string { return k.Namespace + "/" + k.Name }
 
 // Key returns the trigger's key.
@@ -140,11 +145,13 @@ const (
 	// EventSucceeded / EventFailed: an invocation ended (2xx / otherwise).
 	EventSucceeded = "succeeded"
 	EventFailed    = "failed"
-	// EventSkipped: a run did not start (a Forbid overlap).
+	// EventSkipped: a run did not start (a Forbid overlap, a redelivered
+	// message whose invocation already settled).
 	EventSkipped = "skipped"
 	// EventDeadLettered: a message failed every retry and left the queue.
 	EventDeadLettered = "dead_lettered"
-	// EventError: the trigger itself fails (a broker connection); it retries.
+	// EventError: the trigger itself fails (a broker connection, which it
+	// retries; a schedule with no next date, which ends it).
 	EventError = "error"
 	// EventHealthy: the trigger recovered from an EventError.
 	EventHealthy = "healthy"
@@ -171,16 +178,17 @@ type Reporter interface {
 // Runner runs the triggers of one type. Implementations are safe for
 // concurrent use.
 type Runner interface {
-	// Apply makes the trigger run as t says: it starts it, or restarts it
-	// when its spec changed. It is idempotent and returns quickly; connecting
-	// and retrying happen in the background and are reported as events. A
-	// spec the runner cannot use (a schedule it cannot parse) is an error.
+	// Apply makes the trigger run as t says: it starts it, restarts it when
+	// its spec changed, or removes it when t is disabled. It is idempotent
+	// and returns quickly; connecting and retrying happen in the background
+	// and are reported as events. A spec the runner cannot use (a schedule
+	// it cannot parse) is an error.
 	Apply(ctx context.Context, t *Trigger) error
 	// Remove stops the trigger; removing an unknown trigger does nothing.
 	// In-flight invocations finish in the background.
 	Remove(key Key)
 	// Stop stops every trigger and waits, until ctx ends, for the
-	// invocations they started.
+	// invocations they started; then it cancels them and returns an error.
 	Stop(ctx context.Context) error
 }
 

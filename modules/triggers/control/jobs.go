@@ -20,7 +20,7 @@ import (
 
 // JobReconciler runs a job's function once for every new run_id.
 //
-// Exactly once: the run is recorded as Running, with the invocation id it
+// At most once: the run is recorded as Running, with the invocation id it
 // will use, before the function is invoked. A server that stops in the
 // middle finds the run Running after its restart and does not run it again:
 // it takes the outcome from the invocation ledger, or marks the run Failed

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 
 	"go.uber.org/fx"
-	"gorm.io/gorm"
 
 	"sless.kube5s.ru/sless/internal/controller"
 	"sless.kube5s.ru/sless/internal/httpx"
@@ -35,8 +34,8 @@ var Module = fx.Module("triggers",
 	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "triggers") }),
 	fx.Provide(
 		fx.Annotate(trstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
-		func(db *gorm.DB) *trstore.Triggers { return trstore.NewTriggers(db) },
-		func(db *gorm.DB) *trstore.Jobs { return trstore.NewJobs(db) },
+		trstore.NewTriggers,
+		trstore.NewJobs,
 		control.NewGate,
 		func(g *control.Gate) invoke.Exposure { return g },
 		func(s *trstore.Triggers) functions.Suspension { return control.NewSuspension(s) },
