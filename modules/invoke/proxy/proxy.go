@@ -103,7 +103,7 @@ func (p *Proxy) serveCLI(c *gin.Context) {
 // notExposed answers /fn for a function without an enabled http trigger.
 func (p *Proxy) notExposed(c *gin.Context, ns, name string) {
 	if _, err := p.store.Get(c, functions.Key{Namespace: ns, Name: name}); errors.Is(err, functions.ErrNotFound) {
-		writeError(c.Writer, http.StatusNotFound, fmt.Sprintf("function %q not found in namespace %q", name, ns))
+		writeNotFound(c.Writer, ns, name)
 		return
 	}
 	writeError(c.Writer, http.StatusNotFound, fmt.Sprintf("function %q is not exposed on /fn: it has no enabled http trigger", name))
@@ -232,7 +232,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 	case errors.Is(err, runtime.ErrNotDeployed):
 		fn, gerr := p.store.Get(ctx, functions.Key{Namespace: c.ns, Name: c.name})
 		if errors.Is(gerr, functions.ErrNotFound) {
-			writeError(c.w, http.StatusNotFound, fmt.Sprintf("function %q not found in namespace %q", c.name, c.ns))
+			writeNotFound(c.w, c.ns, c.name)
 			return
 		}
 		msg := fmt.Sprintf("function %q is not ready", c.name)
@@ -285,6 +285,12 @@ func (p *Proxy) fail(c *call, rec *invoke.Record, code int, msg string) {
 		rec.Error = msg
 	}
 	writeError(c.w, code, msg)
+}
+
+// writeNotFound answers 404 for a function the store does not have; such a
+// call is not recorded.
+func writeNotFound(w http.ResponseWriter, ns, name string) {
+	writeError(w, http.StatusNotFound, fmt.Sprintf("function %q not found in namespace %q", name, ns))
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

@@ -184,25 +184,32 @@ func (e *Executor) Undeploy(_ context.Context, ns, name string) error {
 
 // Acquire implements runtime.Executor.
 func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease, error) {
-	e.mu.RLock()
-	pl, ok := e.pools[key(ns, name)]
-	e.mu.RUnlock()
-	if !ok {
-		return nil, fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
+	pl, err := e.pool(ns, name)
+	if err != nil {
+		return nil, err
 	}
 	return pl.acquire(ctx)
 }
 
 // Warm implements runtime.Executor.
 func (e *Executor) Warm(_ context.Context, ns, name string) error {
+	pl, err := e.pool(ns, name)
+	if err != nil {
+		return err
+	}
+	pl.warm()
+	return nil
+}
+
+// pool returns the function's pool, or ErrNotDeployed.
+func (e *Executor) pool(ns, name string) (*pool, error) {
 	e.mu.RLock()
 	pl, ok := e.pools[key(ns, name)]
 	e.mu.RUnlock()
 	if !ok {
-		return fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
+		return nil, fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
 	}
-	pl.warm()
-	return nil
+	return pl, nil
 }
 
 // startInstance starts a process for t: a specialized spare, or a fresh

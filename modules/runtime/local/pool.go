@@ -65,13 +65,7 @@ func (p *pool) deploy(t runtime.Target) []*instance {
 	defer p.mu.Unlock()
 	var stop []*instance
 	if p.target.Version != t.Version {
-		for _, inst := range p.instances {
-			inst.gone = true
-			if inst.inflight == 0 {
-				stop = append(stop, inst)
-			}
-		}
-		p.instances = nil
+		stop = p.drainLocked()
 	}
 	p.target = &t
 	if t.Suspended {
@@ -102,6 +96,12 @@ func (p *pool) shutdown() []*instance {
 		w.ch <- grant{err: fmt.Errorf("%s: %w", p.key, runtime.ErrNotDeployed)}
 	}
 	p.waiters = nil
+	return p.drainLocked()
+}
+
+// drainLocked takes every instance out of service: the idle ones are
+// returned to be stopped, busy ones stop when released.
+func (p *pool) drainLocked() []*instance {
 	var idle []*instance
 	for _, inst := range p.instances {
 		inst.gone = true

@@ -24,7 +24,6 @@ import (
 type process struct {
 	runtime string
 	cmd     *exec.Cmd
-	sock    string
 	client  *wire.Client
 	// done is closed when the process has exited; exitErr and oom are
 	// then set.
@@ -33,8 +32,8 @@ type process struct {
 	oom     bool
 	log     *lineLogger
 	// cgroup is the process's memory cgroup, nil when memory is limited
-	// with RLIMIT_DATA.
-	cgroup atomic.Pointer[memCgroup]
+	// with RLIMIT_DATA. Set before the process is shared.
+	cgroup *memCgroup
 }
 
 // startProcess starts a wrapper of runtime p listening on the socket sock,
@@ -63,7 +62,7 @@ func startProcess(ctx context.Context, p runtime.Provider, wrapper, sock string,
 		return nil, fmt.Errorf("starting %s: %w", interp, err)
 	}
 	readW.Close()
-	pr := &process{runtime: p.Name(), cmd: cmd, sock: sock, client: wire.NewClient(wire.UnixDialer(sock)), done: make(chan struct{}), log: lw}
+	pr := &process{runtime: p.Name(), cmd: cmd, client: wire.NewClient(wire.UnixDialer(sock)), done: make(chan struct{}), log: lw}
 	// Attached before the exit watcher starts, so that the watcher removes
 	// the cgroup whenever the process ends.
 	cg, err := mem.attach(cmd.Process.Pid, strings.TrimSuffix(filepath.Base(sock), ".sock"))
@@ -72,13 +71,12 @@ func startProcess(ctx context.Context, p runtime.Provider, wrapper, sock string,
 		cmd.Wait()
 		return nil, err
 	}
-	pr.cgroup.Store(cg)
+	pr.cgroup = cg
 	go func() {
 		pr.exitErr = cmd.Wait()
 		lw.Flush()
 		pr.client.Close()
 		os.Remove(sock)
-		cg := pr.cgroup.Load()
 		pr.oom = cg.oomKilled()
 		cg.remove()
 		close(pr.done)
@@ -127,7 +125,7 @@ type specializeRequest struct {
 // limiting its memory.
 func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[string]string, mem *memoryLimiter) error {
 	if t.MemoryMB > 0 {
-		if err := mem.limit(pr.cgroup.Load(), pr.cmd.Process.Pid, t.MemoryMB, t.Concurrency); err != nil {
+		if err := mem.limit(pr.cgroup, pr.cmd.Process.Pid, t.MemoryMB, t.Concurrency); err != nil {
 			return err
 		}
 	}
