@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sless.kube5s.ru/sless/internal/testenv"
 )
 
 // triggerStatus is the part of a trigger the tests read.
@@ -40,13 +42,7 @@ func (s *server) getTrigger(name string) triggerStatus {
 // waitFor polls cond for up to a minute.
 func (s *server) waitFor(what string, cond func() bool) {
 	s.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(s.t, time.Minute, what, cond)
 }
 
 // invocations lists invocations with a query string.

@@ -16,12 +16,10 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // recorder counts reconciles per key and signals each one.
 type recorder struct {
-	mu      sync.Mutex
-	counts  map[string]int
-	calls   chan string
-	fail    map[string]int // key -> number of failures before success
-	active  map[string]bool
-	overlap bool
+	mu     sync.Mutex
+	counts map[string]int
+	calls  chan string
+	fail   map[string]int // key -> number of failures before success
 }
 
 func newRecorder() *recorder {

@@ -84,8 +84,9 @@ func runtimes(t *testing.T, bin string) []string {
 	const token = "plugin-test-token-0123"
 	cmd := exec.Command(bin, "server", "--listen", addr, "--data-dir", t.TempDir(), "--api-token", token)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var logs strings.Builder
-	cmd.Stderr = &logs
+	// Written by exec's copying goroutine while the test may read it.
+	logs := &testenv.SyncBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/modules/build/buildfx"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/functions"
@@ -82,7 +83,7 @@ func TestModuleReconcilesChanges(t *testing.T) {
 		}
 		notifier.Changed(fn.Key())
 		var got *functions.Function
-		waitFor(t, "Ready", func() bool {
+		testenv.Eventually(t, 10*time.Second, "Ready", func() bool {
 			got, err = store.Get(ctx, fn.Key())
 			if err != nil {
 				t.Fatal(err)
@@ -93,22 +94,11 @@ func TestModuleReconcilesChanges(t *testing.T) {
 	}
 	v1 := deploy("1")
 	v2 := deploy("2")
-	waitFor(t, "the replaced artifact to be removed", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the replaced artifact to be removed", func() bool {
 		_, err := os.Stat(v1.Status.Artifact)
 		return errors.Is(err, os.ErrNotExist)
 	})
 	if _, err := os.Stat(v2.Status.Artifact); err != nil {
 		t.Errorf("the serving artifact: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
