@@ -161,6 +161,19 @@ func (s *Store[Spec, Status]) All(ctx context.Context) ([]*Object[Spec, Status],
 	return s.decodeAll(rows)
 }
 
+// Key names an object.
+type Key struct{ Namespace, Name string }
+
+// Keys returns every object's key, for a resync after start-up, without
+// reading the objects.
+func (s *Store[Spec, Status]) Keys(ctx context.Context) ([]Key, error) {
+	var keys []Key
+	if err := s.tx(ctx).Select("namespace", "name").Order("namespace, name").Find(&keys).Error; err != nil {
+		return nil, fmt.Errorf("listing %s keys: %w", s.kind, err)
+	}
+	return keys, nil
+}
+
 // UpdateSpec replaces the spec (and function) and increments the generation.
 func (s *Store[Spec, Status]) UpdateSpec(ctx context.Context, ns, name, function string, spec Spec) (*Object[Spec, Status], error) {
 	data, err := json.Marshal(spec)

@@ -55,19 +55,6 @@ func (r *TriggerReconciler) LoadGate(ctx context.Context) error {
 	return nil
 }
 
-// Keys lists every trigger, for the resync at start.
-func (r *TriggerReconciler) Keys(ctx context.Context) ([]triggers.Key, error) {
-	all, err := r.store.All(ctx)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]triggers.Key, len(all))
-	for i, t := range all {
-		keys[i] = t.Key()
-	}
-	return keys, nil
-}
-
 // Reconcile implements controller.ReconcileFunc.
 func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (controller.Result, error) {
 	t, err := r.store.Get(ctx, key)

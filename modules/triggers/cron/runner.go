@@ -181,10 +181,10 @@ func (r *Runner) Remove(key triggers.Key) {
 func (r *Runner) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	r.stopped = true
-	for key, e := range r.entries {
+	for _, e := range r.entries {
 		e.stop()
-		delete(r.entries, key)
 	}
+	clear(r.entries)
 	r.mu.Unlock()
 
 	done := make(chan struct{})

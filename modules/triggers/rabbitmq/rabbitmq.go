@@ -174,11 +174,7 @@ func (r *Runner) Apply(_ context.Context, t *triggers.Trigger) error {
 	}
 	c := r.newConsumer(t.Key(), s, settled)
 	r.consumers[t.Key()] = c
-	r.running.Add(1)
-	go func() {
-		defer r.running.Done()
-		c.run()
-	}()
+	r.running.Go(c.run)
 	return nil
 }
 
@@ -201,10 +197,10 @@ func (r *Runner) Remove(key triggers.Key) {
 func (r *Runner) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	r.stopped = true
-	for key, c := range r.consumers {
+	for _, c := range r.consumers {
 		c.stop()
-		delete(r.consumers, key)
 	}
+	clear(r.consumers)
 	r.mu.Unlock()
 	defer r.cancel()
 	done := make(chan struct{})

@@ -74,7 +74,7 @@ func newControllers(p params) *controllers {
 	trRec := control.NewTriggerReconciler(p.Triggers, p.Functions, runners, p.Gate, keeper, p.Notifier, p.Log)
 	jobRec := control.NewJobReconciler(p.Jobs, p.Invoker, p.Ledger, p.Log)
 	c := &controllers{
-		triggers: controller.New("triggers", trRec.Reconcile, trRec.Keys, p.Config.Workers, p.Log),
+		triggers: controller.New("triggers", trRec.Reconcile, p.Triggers.Keys, p.Config.Workers, p.Log),
 		jobs:     controller.New("jobs", jobRec.Reconcile, p.Jobs.Keys, p.Config.Workers, p.Log),
 	}
 	jobRec.Enqueue = c.jobs.Enqueue

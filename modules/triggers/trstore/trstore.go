@@ -62,6 +62,9 @@ func all[O, T any](objs []*O, err error, convert func(*O) *T) ([]*T, error) {
 	return out, nil
 }
 
+// Keys returns every trigger's key.
+func (t *Triggers) Keys(ctx context.Context) ([]triggers.Key, error) { return keys(ctx, t.s) }
+
 // Create stores a new trigger with generation 1.
 func (t *Triggers) Create(ctx context.Context, tr *triggers.Trigger) (*triggers.Trigger, error) {
 	o, err := t.s.Create(ctx, &triggerObject{Namespace: tr.Namespace, Name: tr.Name, Function: tr.Function, Spec: tr.Spec})
@@ -146,16 +149,16 @@ func (j *Jobs) List(ctx context.Context, ns, after string, limit int) ([]*trigge
 }
 
 // Keys returns every job's key.
-func (j *Jobs) Keys(ctx context.Context) ([]triggers.Key, error) {
-	objs, err := j.s.All(ctx)
-	if err != nil {
-		return nil, err
+func (j *Jobs) Keys(ctx context.Context) ([]triggers.Key, error) { return keys(ctx, j.s) }
+
+// keys returns the keys of every object of s.
+func keys[Spec, Status any](ctx context.Context, s *objstore.Store[Spec, Status]) ([]triggers.Key, error) {
+	ks, err := s.Keys(ctx)
+	out := make([]triggers.Key, len(ks))
+	for i, k := range ks {
+		out[i] = triggers.Key(k)
 	}
-	keys := make([]triggers.Key, len(objs))
-	for i, o := range objs {
-		keys[i] = triggers.Key{Namespace: o.Namespace, Name: o.Name}
-	}
-	return keys, nil
+	return out, err
 }
 
 // UpdateSpec replaces a job's spec and increments its generation.
