@@ -33,6 +33,21 @@ func (e *Errors) Add(field, format string, args ...any) {
 	e.Fields = append(e.Fields, FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
+// Name records field as invalid when name is not a valid DNS-1123 label
+// (see CheckName).
+func (e *Errors) Name(field, name string) {
+	if msg := CheckName(name); msg != "" {
+		e.Add(field, "%s", msg)
+	}
+}
+
+// Range records field as invalid when v is outside [lo, hi].
+func (e *Errors) Range(field string, v, lo, hi int) {
+	if msg := CheckRange(v, lo, hi); msg != "" {
+		e.Add(field, "%s", msg)
+	}
+}
+
 // Err returns e when it holds a field error and nil otherwise.
 func (e *Errors) Err() error {
 	if len(e.Fields) == 0 {

@@ -62,12 +62,8 @@ func ApplyDefaults(spec *Spec, runtimes Runtimes) {
 // ApplyDefaults) and returns a *validation.Errors naming every bad field.
 func Validate(fn *Function, runtimes Runtimes) error {
 	errs := &validation.Errors{Resource: "function"}
-	if msg := validation.CheckName(fn.Name); msg != "" {
-		errs.Add("name", "%s", msg)
-	}
-	if msg := validation.CheckName(fn.Namespace); msg != "" {
-		errs.Add("namespace", "%s", msg)
-	}
+	errs.Name("name", fn.Name)
+	errs.Name("namespace", fn.Namespace)
 	validateSpec(&fn.Spec, runtimes, errs)
 	return errs.Err()
 }
@@ -80,18 +76,12 @@ func validateSpec(spec *Spec, runtimes Runtimes, errs *validation.Errors) {
 	} else if _, err := p.HandlerFiles(spec.Handler); err != nil {
 		errs.Add("handler", "%v", err)
 	}
-	checkRange(errs, "timeout_seconds", spec.TimeoutSeconds, 1, MaxTimeoutSeconds)
-	checkRange(errs, "memory_mb", spec.MemoryMB, MinMemoryMB, MaxMemoryMB)
-	checkRange(errs, "max_instances", spec.MaxInstances, 1, MaxInstancesLimit)
-	checkRange(errs, "min_instances", spec.MinInstances, 0, spec.MaxInstances)
-	checkRange(errs, "concurrency", spec.Concurrency, 1, MaxConcurrency)
+	errs.Range("timeout_seconds", spec.TimeoutSeconds, 1, MaxTimeoutSeconds)
+	errs.Range("memory_mb", spec.MemoryMB, MinMemoryMB, MaxMemoryMB)
+	errs.Range("max_instances", spec.MaxInstances, 1, MaxInstancesLimit)
+	errs.Range("min_instances", spec.MinInstances, 0, spec.MaxInstances)
+	errs.Range("concurrency", spec.Concurrency, 1, MaxConcurrency)
 	validateEnv(spec.Env, errs)
-}
-
-func checkRange(errs *validation.Errors, field string, v, lo, hi int) {
-	if msg := validation.CheckRange(v, lo, hi); msg != "" {
-		errs.Add(field, "%s", msg)
-	}
 }
 
 func validateEnv(env map[string]string, errs *validation.Errors) {

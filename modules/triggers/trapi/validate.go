@@ -46,8 +46,8 @@ func applyTriggerDefaults(t *triggers.Trigger) {
 // bad field.
 func validateTrigger(t *triggers.Trigger) error {
 	errs := &validation.Errors{Resource: "trigger"}
-	checkName(errs, "name", t.Name)
-	checkName(errs, "function", t.Function)
+	errs.Name("name", t.Name)
+	errs.Name("function", t.Function)
 	switch t.Type {
 	case triggers.TypeHTTP:
 		onlyFor(errs, t, "cron", "rabbitmq")
@@ -63,12 +63,6 @@ func validateTrigger(t *triggers.Trigger) error {
 		errs.Add("type", "%q is not one of http, cron, rabbitmq", t.Type)
 	}
 	return errs.Err()
-}
-
-func checkName(errs *validation.Errors, field, name string) {
-	if msg := validation.CheckName(name); msg != "" {
-		errs.Add(field, "%s", msg)
-	}
 }
 
 // onlyFor reports the fields of the other types that a trigger sets.
@@ -121,9 +115,7 @@ func validateCron(errs *validation.Errors, c *triggers.CronSpec) {
 	default:
 		errs.Add("concurrency_policy", "%q is not one of Allow, Forbid, Replace", c.ConcurrencyPolicy)
 	}
-	if msg := validation.CheckRange(c.PrewarmSeconds, 0, MaxPrewarmSeconds); msg != "" {
-		errs.Add("prewarm_seconds", "%s", msg)
-	}
+	errs.Range("prewarm_seconds", c.PrewarmSeconds, 0, MaxPrewarmSeconds)
 }
 
 func checkPayload(errs *validation.Errors, field string, payload json.RawMessage) {
@@ -147,12 +139,8 @@ func validateRabbitMQ(errs *validation.Errors, r *triggers.RabbitMQSpec) {
 	if r.RoutingKey != "" && r.Exchange == "" {
 		errs.Add("routing_key", "needs an exchange to bind the queue to")
 	}
-	if msg := validation.CheckRange(r.Prefetch, 1, MaxPrefetch); msg != "" {
-		errs.Add("prefetch", "%s", msg)
-	}
-	if msg := validation.CheckRange(*r.MaxRetries, 0, MaxRetriesLimit); msg != "" {
-		errs.Add("max_retries", "%s", msg)
-	}
+	errs.Range("prefetch", r.Prefetch, 1, MaxPrefetch)
+	errs.Range("max_retries", *r.MaxRetries, 0, MaxRetriesLimit)
 	if r.DeadLetterExchange != "" && r.DeadLetterQueue != "" {
 		errs.Add("dead_letter_queue", "set dead_letter_exchange or dead_letter_queue, not both")
 	}
@@ -164,8 +152,8 @@ func validateRabbitMQ(errs *validation.Errors, r *triggers.RabbitMQSpec) {
 // validateJob checks a job.
 func validateJob(j *triggers.Job) error {
 	errs := &validation.Errors{Resource: "job"}
-	checkName(errs, "name", j.Name)
-	checkName(errs, "function", j.Function)
+	errs.Name("name", j.Name)
+	errs.Name("function", j.Function)
 	checkPayload(errs, "payload", j.Payload)
 	if j.RunID < 0 {
 		errs.Add("run_id", "must not be negative (0 means do not run)")
