@@ -142,16 +142,8 @@ func (r *JobReconciler) run(j *triggers.Job, st triggers.JobStatus) {
 	case err != nil:
 		st.Phase, st.Error = triggers.JobFailed, err.Error()
 	default:
-		st.StatusCode = resp.StatusCode
 		st.Result = capResult(resp.Body)
-		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-			st.Phase = triggers.JobSucceeded
-		} else {
-			st.Phase, st.Error = triggers.JobFailed, resp.Error
-			if st.Error == "" {
-				st.Error = fmt.Sprintf("the function answered HTTP %d", resp.StatusCode)
-			}
-		}
+		settle(&st, resp.StatusCode, resp.Error)
 	}
 	r.finish(key, st)
 }
@@ -191,14 +183,24 @@ func (r *JobReconciler) recover(ctx context.Context, j *triggers.Job, st trigger
 		return st, err
 	default:
 		// The ledger keeps the outcome, not the response body.
-		st.StatusCode = rec.StatusCode
-		st.Phase = triggers.JobSucceeded
-		if rec.StatusCode < 200 || rec.StatusCode >= 300 {
-			st.Phase, st.Error = triggers.JobFailed, rec.Error
-		}
+		settle(&st, rec.StatusCode, rec.Error)
 	}
 	r.log.Info("settled a job run interrupted by a restart", "job", j.Key().String(), "run_id", st.RunID, "phase", st.Phase)
 	return st, nil
+}
+
+// settle records the outcome of a run the function answered with code:
+// Succeeded for 2xx, else Failed with the invocation's error or the status.
+func settle(st *triggers.JobStatus, code int, invocationErr string) {
+	st.StatusCode = code
+	if code >= 200 && code < 300 {
+		st.Phase = triggers.JobSucceeded
+		return
+	}
+	st.Phase, st.Error = triggers.JobFailed, invocationErr
+	if st.Error == "" {
+		st.Error = fmt.Sprintf("the function answered HTTP %d", code)
+	}
 }
 
 func capResult(body []byte) string {
