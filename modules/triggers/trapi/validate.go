@@ -67,34 +67,24 @@ func validateTrigger(t *triggers.Trigger) error {
 
 // onlyFor reports the fields of the other types that a trigger sets.
 func onlyFor(errs *validation.Errors, t *triggers.Trigger, others ...string) {
+	c, r := &t.CronSpec, &t.RabbitMQSpec
+	fieldsOf := map[string][]struct {
+		name string
+		set  bool
+	}{
+		"cron": {{"schedule", c.Schedule != ""}, {"timezone", c.Timezone != ""}, {"payload", len(c.Payload) > 0},
+			{"concurrency_policy", c.ConcurrencyPolicy != ""}, {"prewarm_seconds", c.PrewarmSeconds != 0}},
+		"rabbitmq": {{"url", r.URL != ""}, {"queue", r.Queue != ""}, {"exchange", r.Exchange != ""},
+			{"routing_key", r.RoutingKey != ""}, {"prefetch", r.Prefetch != 0}, {"max_retries", r.MaxRetries != nil},
+			{"dead_letter_exchange", r.DeadLetterExchange != ""}, {"dead_letter_queue", r.DeadLetterQueue != ""}},
+	}
 	for _, other := range others {
-		var set []string
-		switch other {
-		case "cron":
-			c := t.CronSpec
-			set = setFields(map[string]bool{"schedule": c.Schedule != "", "timezone": c.Timezone != "", "payload": len(c.Payload) > 0,
-				"concurrency_policy": c.ConcurrencyPolicy != "", "prewarm_seconds": c.PrewarmSeconds != 0})
-		case "rabbitmq":
-			r := t.RabbitMQSpec
-			set = setFields(map[string]bool{"url": r.URL != "", "queue": r.Queue != "", "exchange": r.Exchange != "",
-				"routing_key": r.RoutingKey != "", "prefetch": r.Prefetch != 0, "max_retries": r.MaxRetries != nil,
-				"dead_letter_exchange": r.DeadLetterExchange != "", "dead_letter_queue": r.DeadLetterQueue != ""})
-		}
-		for _, f := range set {
-			errs.Add(f, "is a field of %s triggers, not of %s triggers", other, t.Type)
+		for _, f := range fieldsOf[other] {
+			if f.set {
+				errs.Add(f.name, "is a field of %s triggers, not of %s triggers", other, t.Type)
+			}
 		}
 	}
-}
-
-func setFields(fields map[string]bool) []string {
-	var out []string
-	for _, f := range []string{"schedule", "timezone", "payload", "concurrency_policy", "prewarm_seconds",
-		"url", "queue", "exchange", "routing_key", "prefetch", "max_retries", "dead_letter_exchange", "dead_letter_queue"} {
-		if fields[f] {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func validateCron(errs *validation.Errors, c *triggers.CronSpec) {
