@@ -12,8 +12,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/fx"
@@ -112,7 +114,7 @@ func DecodeJSON(c *gin.Context, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Errorf(http.StatusBadRequest, "invalid JSON body: %s", describeJSONError(err, body))
+		return Errorf(http.StatusBadRequest, "invalid JSON body: %s", describeJSONError(err, body, reflect.TypeOf(v)))
 	}
 	if dec.More() {
 		return Errorf(http.StatusBadRequest, "invalid JSON body: unexpected data after the JSON object")
@@ -120,7 +122,10 @@ func DecodeJSON(c *gin.Context, v any) error {
 	return nil
 }
 
-func describeJSONError(err error, body []byte) string {
+// describeJSONError says what is wrong with a body decoded into a value of
+// type target, in the API's terms: JSON field paths and JSON types, never Go
+// names (encoding/json's messages have both).
+func describeJSONError(err error, body []byte, target reflect.Type) string {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -128,12 +133,108 @@ func describeJSONError(err error, body []byte) string {
 		line, col := position(body, syn.Offset)
 		return fmt.Sprintf("%s at line %d, column %d", syn.Error(), line, col)
 	case errors.As(err, &typ):
-		return fmt.Sprintf("field %q must be %s, not %s", typ.Field, typ.Type.String(), typ.Value)
+		want, got := jsonType(typ.Type), jsonValue(typ.Value)
+		if typ.Field == "" {
+			return fmt.Sprintf("the body must be %s, not %s", want, got)
+		}
+		return fmt.Sprintf("field %q must be %s, not %s", jsonPath(target, typ.Field), want, got)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "the JSON ends too early"
+	case errors.As(err, new(*time.ParseError)) || strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"):
+		// time.Time's own errors name neither the field nor JSON terms.
+		return `times must be RFC 3339 strings such as "2026-01-02T15:04:05Z"`
 	}
 	// "json: unknown field \"x\"" and friends are clear already.
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonPath turns the path encoding/json reports for a field of t into the
+// field's JSON path: encoding/json includes the Go names of embedded structs
+// ("Spec.timeout_seconds"), whose fields are the outer object's in JSON.
+func jsonPath(t reflect.Type, goPath string) string {
+	var path []string
+	for part := range strings.SplitSeq(goPath, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil {
+			path = append(path, part)
+			continue
+		}
+		switch t.Kind() {
+		case reflect.Struct:
+			if f, ok := t.FieldByName(part); ok && f.Anonymous && jsonName(f) == "" {
+				t = f.Type
+				continue
+			}
+			t = fieldType(t, part)
+		case reflect.Map, reflect.Slice, reflect.Array:
+			t = t.Elem()
+		default:
+			t = nil
+		}
+		path = append(path, part)
+	}
+	return strings.Join(path, ".")
+}
+
+// jsonName is the name a struct field's tag gives it, or "".
+func jsonName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name
+}
+
+// fieldType is the type of t's field (promoted ones included) that JSON
+// calls name, or nil.
+func fieldType(t reflect.Type, name string) reflect.Type {
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.Anonymous && (jsonName(f) == name || jsonName(f) == "" && f.Name == name) {
+			return f.Type
+		}
+	}
+	return nil
+}
+
+// jsonType names the JSON type that decodes into t.
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a string" // []byte is base64 text
+		}
+		return "an array"
+	case reflect.Array:
+		return "an array"
+	default:
+		return "an object"
+	}
+}
+
+// jsonValue names the JSON value encoding/json describes as value: "string",
+// "number", "number 1.5" (a number that does not fit), "bool", "array",
+// "object".
+func jsonValue(value string) string {
+	switch {
+	case value == "bool":
+		return "a boolean"
+	case strings.HasPrefix(value, "number "):
+		return strings.TrimPrefix(value, "number ")
+	case value == "array" || value == "object":
+		return "an " + value
+	}
+	return "a " + value
 }
 
 func position(body []byte, offset int64) (line, col int) {

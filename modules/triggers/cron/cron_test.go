@@ -79,7 +79,13 @@ func TestParseSchedule(t *testing.T) {
 		{"0 0 0 * *", "", []validation.FieldError{{Field: "schedule", Msg: `day-of-month field "0": beginning of range (0) below minimum (1)`}}},
 		{"0 0 * 13 *", "", []validation.FieldError{{Field: "schedule", Msg: `month field "13"`}}},
 		{"0 0 * * 8", "", []validation.FieldError{{Field: "schedule", Msg: `day-of-week field "8"`}}},
-		{"x * * * *", "", []validation.FieldError{{Field: "schedule", Msg: `minute field "x": failed to parse int`}}},
+		{"x * * * *", "", []validation.FieldError{{Field: "schedule", Msg: `minute field "x": "x" is not a number`}}},
+		{"*/x * * * *", "", []validation.FieldError{{Field: "schedule", Msg: `minute field "*/x": the step "x" is not a number`}}},
+		{"0 0-x * * *", "", []validation.FieldError{{Field: "schedule", Msg: `hour field "0-x": "x" is not a number`}}},
+		{"0 -1 * * *", "", []validation.FieldError{{Field: "schedule", Msg: `hour field "-1": "" is not a number`}}},
+		{"0 0 * FOO *", "", []validation.FieldError{{Field: "schedule", Msg: `month field "FOO": "FOO" is neither a number nor one of JAN, FEB`}}},
+		{"0 0 * * MONDAY", "", []validation.FieldError{{Field: "schedule", Msg: `day-of-week field "MONDAY": "MONDAY" is neither a number nor one of SUN, MON`}}},
+		{"99999999999999999999 * * * *", "", []validation.FieldError{{Field: "schedule", Msg: `minute field "99999999999999999999": "99999999999999999999" is out of range`}}},
 		{"0 0 30 2 *", "", []validation.FieldError{{Field: "schedule", Msg: `"0 0 30 2 *" never matches a date`}}},
 		{"@fortnightly", "", []validation.FieldError{{Field: "schedule", Msg: `unknown descriptor; want a 5-field expression`}}},
 		{"@every", "", []validation.FieldError{{Field: "schedule", Msg: `want "@every <duration>"`}}},
@@ -109,6 +115,9 @@ func TestParseSchedule(t *testing.T) {
 			continue
 		}
 		for i, f := range verr.Fields {
+			if strings.Contains(f.Msg, "strconv") {
+				t.Errorf("ParseSchedule(%q, %q): field error %d = %s names Go's strconv", tc.schedule, tc.timezone, i, f.Msg)
+			}
 			if f.Field != tc.want[i].Field || !strings.Contains(f.Msg, tc.want[i].Msg) {
 				t.Errorf("ParseSchedule(%q, %q): field error %d = %s: %s, want %s: ...%s...",
 					tc.schedule, tc.timezone, i, f.Field, f.Msg, tc.want[i].Field, tc.want[i].Msg)

@@ -119,6 +119,9 @@ func parseSpec(schedule string) (robfig.Schedule, error) {
 // that is wrong, which robfig's does not.
 func checkFields(fields []string) error {
 	for i, f := range fields {
+		if err := checkValues(i, f); err != nil {
+			return fmt.Errorf("%s field %q: %w", fieldNames[i], f, err)
+		}
 		probe := slices.Repeat([]string{"*"}, len(fieldNames))
 		probe[i] = f
 		if _, err := parser.Parse(strings.Join(probe, " ")); err != nil {
@@ -126,6 +129,56 @@ func checkFields(fields []string) error {
 		}
 	}
 	return nil
+}
+
+// fieldWords are the names that the month and day-of-week fields accept in
+// place of numbers, as robfig does (case-insensitive).
+var fieldWords = map[int]string{
+	3: "JAN, FEB, MAR, APR, MAY, JUN, JUL, AUG, SEP, OCT, NOV, DEC",
+	4: "SUN, MON, TUE, WED, THU, FRI, SAT",
+}
+
+// checkValues checks that field i is a list of "*", "?", values and ranges
+// of values with an optional "/step", each value a number or, in the month
+// and day-of-week fields, a name. robfig's message for anything else quotes
+// Go's strconv, which means nothing to a user.
+func checkValues(i int, field string) error {
+	for item := range strings.SplitSeq(field, ",") {
+		rng, step, hasStep := strings.Cut(item, "/")
+		if hasStep && !isNumber(step) {
+			return fmt.Errorf("the step %q is not a number", step)
+		}
+		if rng == "*" || rng == "?" || item == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(rng, "-")
+		values := []string{lo}
+		if isRange {
+			values = append(values, hi)
+		}
+		for _, v := range values {
+			if isNumber(v) || isFieldWord(i, v) {
+				continue
+			}
+			if v != "" && strings.Trim(v, "0123456789") == "" {
+				return fmt.Errorf("%q is out of range", v)
+			}
+			if words, ok := fieldWords[i]; ok {
+				return fmt.Errorf("%q is neither a number nor one of %s", v, words)
+			}
+			return fmt.Errorf("%q is not a number", v)
+		}
+	}
+	return nil
+}
+
+func isNumber(s string) bool {
+	return s != "" && len(s) <= 9 && strings.Trim(s, "0123456789") == ""
+}
+
+func isFieldWord(i int, s string) bool {
+	words, ok := fieldWords[i]
+	return ok && len(s) == 3 && strings.Contains(words, strings.ToUpper(s))
 }
 
 func parseEvery(arg string) (robfig.Schedule, error) {
