@@ -291,13 +291,14 @@ func PageLimit(c *gin.Context) (int, error) {
 // its name from :name, refusing a body that names others: objects of kind
 // ("function") cannot move or be renamed.
 func BindNames(c *gin.Context, kind string, ns, name *string, update bool) error {
+	// %.64q: a valid name has at most 63 characters, the body's any number.
 	if *ns != "" && *ns != c.Param("ns") {
-		return Errorf(http.StatusBadRequest, "namespace %q in the body does not match %q in the URL", *ns, c.Param("ns"))
+		return Errorf(http.StatusBadRequest, "namespace %.64q in the body does not match %q in the URL", *ns, c.Param("ns"))
 	}
 	*ns = c.Param("ns")
 	if update {
 		if *name != "" && *name != c.Param("name") {
-			return Errorf(http.StatusBadRequest, "name %q in the body does not match %q in the URL; %ss cannot be renamed", *name, c.Param("name"), kind)
+			return Errorf(http.StatusBadRequest, "name %.64q in the body does not match %q in the URL; %ss cannot be renamed", *name, c.Param("name"), kind)
 		}
 		*name = c.Param("name")
 	}

@@ -48,6 +48,17 @@ func (e *Errors) Range(field string, v, lo, hi int) {
 	}
 }
 
+// MaxLen records field as invalid when value is longer than max bytes. It
+// reports whether value is within the limit, so that a caller can skip the
+// checks whose messages would quote it.
+func (e *Errors) MaxLen(field, value string, max int) bool {
+	if len(value) <= max {
+		return true
+	}
+	e.Add(field, "must be at most %d bytes (got %d)", max, len(value))
+	return false
+}
+
 // Err returns e when it holds a field error and nil otherwise.
 func (e *Errors) Err() error {
 	if len(e.Fields) == 0 {

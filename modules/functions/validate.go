@@ -23,6 +23,14 @@ const (
 	MaxConcurrency        = 1000
 	// MaxEnvBytes caps the sum of the lengths of env names and values.
 	MaxEnvBytes = 64 << 10
+	// MaxEnvVars caps the number of env variables.
+	MaxEnvVars = 256
+	// MaxEnvNameBytes caps the length of one env variable's name.
+	MaxEnvNameBytes = 256
+	// MaxHandlerBytes caps the handler ("<file>.<function>").
+	MaxHandlerBytes = 256
+	// MaxRuntimeBytes caps the runtime name, as runtime.Provider does.
+	MaxRuntimeBytes = 32
 )
 
 // ReservedEnvPrefix starts the names of variables that the platform sets.
@@ -69,12 +77,17 @@ func Validate(fn *Function, runtimes Runtimes) error {
 }
 
 func validateSpec(spec *Spec, runtimes Runtimes, errs *validation.Errors) {
+	// Values over their limits are not checked further: the messages of
+	// those checks quote them.
+	handlerOK := errs.MaxLen("handler", spec.Handler, MaxHandlerBytes)
 	if spec.Runtime == "" {
 		errs.Add("runtime", "is required")
-	} else if p, err := runtimes.Get(spec.Runtime); err != nil {
-		errs.Add("runtime", "%v", err)
-	} else if _, err := p.HandlerFiles(spec.Handler); err != nil {
-		errs.Add("handler", "%v", err)
+	} else if errs.MaxLen("runtime", spec.Runtime, MaxRuntimeBytes) {
+		if p, err := runtimes.Get(spec.Runtime); err != nil {
+			errs.Add("runtime", "%v", err)
+		} else if _, err := p.HandlerFiles(spec.Handler); err != nil && handlerOK {
+			errs.Add("handler", "%v", err)
+		}
 	}
 	errs.Range("timeout_seconds", spec.TimeoutSeconds, 1, MaxTimeoutSeconds)
 	errs.Range("memory_mb", spec.MemoryMB, MinMemoryMB, MaxMemoryMB)
@@ -85,12 +98,18 @@ func validateSpec(spec *Spec, runtimes Runtimes, errs *validation.Errors) {
 }
 
 func validateEnv(env map[string]string, errs *validation.Errors) {
+	if len(env) > MaxEnvVars {
+		errs.Add("env", "has %d variables; the limit is %d", len(env), MaxEnvVars)
+	}
 	total := 0
 	for _, name := range slices.Sorted(maps.Keys(env)) {
 		value := env[name]
 		field := "env." + name
 		total += len(name) + len(value)
 		switch {
+		case len(name) > MaxEnvNameBytes:
+			// The field's path would quote the whole name.
+			errs.Add("env", "a variable name is %d bytes; the limit is %d", len(name), MaxEnvNameBytes)
 		case !envName.MatchString(name):
 			errs.Add(field, "variable names must match %s", envName)
 		case strings.HasPrefix(name, ReservedEnvPrefix):

@@ -2,6 +2,7 @@ package functions_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -76,6 +77,19 @@ func TestValidate(t *testing.T) {
 		{name: "NUL in env value", mutate: func(fn *functions.Function) { fn.Env = map[string]string{"X": "a\x00b"} }, fields: []string{"env.X"}},
 		{name: "env too large", mutate: func(fn *functions.Function) { fn.Env = map[string]string{"X": strings.Repeat("v", 65<<10)} },
 			fields: []string{"env"}},
+		{name: "256 byte handler", mutate: func(fn *functions.Function) { fn.Handler = strings.Repeat("h", 249) + ".handle" }},
+		{name: "handler too long", mutate: func(fn *functions.Function) { fn.Handler = strings.Repeat("h", 5000) + ".handle" },
+			fields: []string{"handler"}, wantMsg: []string{"handler: must be at most 256 bytes (got 5007)"}},
+		{name: "runtime too long", mutate: func(fn *functions.Function) { fn.Runtime = strings.Repeat("r", 1000) },
+			fields: []string{"runtime"}, wantMsg: []string{"runtime: must be at most 32 bytes (got 1000)"}},
+		{name: "too many env variables", mutate: func(fn *functions.Function) {
+			fn.Env = map[string]string{}
+			for i := range 257 {
+				fn.Env[fmt.Sprintf("V%d", i)] = "x"
+			}
+		}, fields: []string{"env"}, wantMsg: []string{"env: has 257 variables; the limit is 256"}},
+		{name: "env name too long", mutate: func(fn *functions.Function) { fn.Env = map[string]string{strings.Repeat("N", 300): "x"} },
+			fields: []string{"env"}, wantMsg: []string{"env: a variable name is 300 bytes; the limit is 256"}},
 		{name: "several fields at once", mutate: func(fn *functions.Function) { fn.Name, fn.MemoryMB = "", 1<<20 },
 			fields: []string{"name", "memory_mb"}},
 	}

@@ -18,6 +18,15 @@ const (
 	MaxPrewarmSeconds = 3600
 	// MaxPayloadBytes caps cron and job payloads.
 	MaxPayloadBytes = 256 << 10
+	// MaxScheduleBytes caps a cron schedule, far beyond any real one.
+	MaxScheduleBytes = 256
+	// MaxTimezoneBytes caps a time zone name (the longest IANA name has 30).
+	MaxTimezoneBytes = 64
+	// MaxURLBytes caps a broker URL.
+	MaxURLBytes = 2048
+	// MaxAMQPNameBytes caps queue and exchange names and routing keys: AMQP
+	// sends them as short strings of at most 255 bytes.
+	MaxAMQPNameBytes = 255
 )
 
 // applyTriggerDefaults fills the fields with defaults.
@@ -60,7 +69,8 @@ func validateTrigger(t *triggers.Trigger) error {
 	case "":
 		errs.Add("type", "is required: http, cron or rabbitmq")
 	default:
-		errs.Add("type", "%q is not one of http, cron, rabbitmq", t.Type)
+		// %.32q: an enum's message need not quote a value of any length.
+		errs.Add("type", "%.32q is not one of http, cron, rabbitmq", t.Type)
 	}
 	return errs.Err()
 }
@@ -88,22 +98,28 @@ func onlyFor(errs *validation.Errors, t *triggers.Trigger, others ...string) {
 }
 
 func validateCron(errs *validation.Errors, c *triggers.CronSpec) {
-	if c.Schedule == "" {
+	// The parser's messages quote the schedule and the time zone.
+	scheduleOK := errs.MaxLen("schedule", c.Schedule, MaxScheduleBytes)
+	timezoneOK := errs.MaxLen("timezone", c.Timezone, MaxTimezoneBytes)
+	switch {
+	case c.Schedule == "":
 		errs.Add("schedule", "is required for cron triggers, e.g. \"*/5 * * * *\", \"@hourly\" or \"@every 30s\"")
-	} else if _, err := cron.ParseSchedule(c.Schedule, c.Timezone); err != nil {
-		// The parser names the field (schedule or timezone).
-		var ve *validation.Errors
-		if !errors.As(err, &ve) {
-			errs.Add("schedule", "%v", err)
-		} else {
-			errs.Fields = append(errs.Fields, ve.Fields...)
+	case scheduleOK && timezoneOK:
+		if _, err := cron.ParseSchedule(c.Schedule, c.Timezone); err != nil {
+			// The parser names the field (schedule or timezone).
+			var ve *validation.Errors
+			if !errors.As(err, &ve) {
+				errs.Add("schedule", "%v", err)
+			} else {
+				errs.Fields = append(errs.Fields, ve.Fields...)
+			}
 		}
 	}
 	checkPayload(errs, "payload", c.Payload)
 	switch c.ConcurrencyPolicy {
 	case triggers.PolicyAllow, triggers.PolicyForbid, triggers.PolicyReplace:
 	default:
-		errs.Add("concurrency_policy", "%q is not one of Allow, Forbid, Replace", c.ConcurrencyPolicy)
+		errs.Add("concurrency_policy", "%.32q is not one of Allow, Forbid, Replace", c.ConcurrencyPolicy)
 	}
 	errs.Range("prewarm_seconds", c.PrewarmSeconds, 0, MaxPrewarmSeconds)
 }
@@ -120,8 +136,14 @@ func checkPayload(errs *validation.Errors, field string, payload json.RawMessage
 func validateRabbitMQ(errs *validation.Errors, r *triggers.RabbitMQSpec) {
 	if r.URL == "" {
 		errs.Add("url", "is required for rabbitmq triggers, e.g. amqp://user:password@host:5672/vhost")
-	} else if err := rabbitmq.ValidateURL(r.URL); err != nil {
-		errs.Add("url", "%v", err)
+	} else if errs.MaxLen("url", r.URL, MaxURLBytes) {
+		if err := rabbitmq.ValidateURL(r.URL); err != nil {
+			errs.Add("url", "%v", err)
+		}
+	}
+	for _, f := range []struct{ name, value string }{{"queue", r.Queue}, {"exchange", r.Exchange}, {"routing_key", r.RoutingKey},
+		{"dead_letter_exchange", r.DeadLetterExchange}, {"dead_letter_queue", r.DeadLetterQueue}} {
+		errs.MaxLen(f.name, f.value, MaxAMQPNameBytes)
 	}
 	if r.Queue == "" {
 		errs.Add("queue", "is required for rabbitmq triggers")
