@@ -20,6 +20,7 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/internal/server"
 	"sless.kube5s.ru/sless/modules/build/buildfx"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
@@ -80,17 +81,27 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Prepare creates the data directory and its working directories and
-// resolves the API token, logging where a generated one was stored.
-func Prepare(c Config, log *slog.Logger) (token string, err error) {
+// Prepare creates the data directory and its working directories, locks it
+// for this process (another server holding it is an error that names that
+// server), and resolves the API token, logging where a generated one was
+// stored. The caller holds the lock until it stops serving.
+func Prepare(c Config, log *slog.Logger) (token string, lock *discovery.Lock, err error) {
 	for _, dir := range []string{c.DataDir, filepath.Join(c.DataDir, "tmp")} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return "", fmt.Errorf("creating the data directory: %w", err)
+			return "", nil, fmt.Errorf("creating the data directory: %w", err)
 		}
+	}
+	lock, err = discovery.TakeLock(c.DataDir, discovery.Holder{PID: os.Getpid(), Listen: c.Listen})
+	if err != nil {
+		return "", nil, err
+	}
+	if lock.Stale != nil {
+		log.Warn("the previous server of this data directory did not stop cleanly; cleaned up after it", "pid", lock.Stale.PID)
 	}
 	token, path, generated, err := ensureToken(c)
 	if err != nil {
-		return "", err
+		lock.Unlock()
+		return "", nil, err
 	}
 	switch {
 	case generated:
@@ -98,7 +109,7 @@ func Prepare(c Config, log *slog.Logger) (token string, err error) {
 	case path != "":
 		log.Info("using the API token", "file", path)
 	}
-	return token, nil
+	return token, lock, nil
 }
 
 // serverCPUs returns how many CPUs the server's own code may use at once
@@ -122,10 +133,11 @@ func serverCPUs(setting int, gomaxprocsEnv string, available int) int {
 
 // Run runs the server until SIGINT or SIGTERM, then stops it gracefully.
 func Run(c Config, log *slog.Logger, plugins ...fx.Option) error {
-	token, err := Prepare(c, log)
+	token, lock, err := Prepare(c, log)
 	if err != nil {
 		return err
 	}
+	defer lock.Unlock()
 	available := goruntime.GOMAXPROCS(0)
 	if cpus := serverCPUs(c.ServerCPUs, os.Getenv("GOMAXPROCS"), available); cpus != available {
 		goruntime.GOMAXPROCS(cpus)

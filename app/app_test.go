@@ -46,10 +46,11 @@ func TestEmbeddedGraph(t *testing.T) {
 // serves, and stops it.
 func TestEmbeddedStartStop(t *testing.T) {
 	cfg := testConfig(t)
-	token, err := Prepare(cfg, discard)
+	token, lock, err := Prepare(cfg, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer lock.Unlock()
 	var srv *server.Server
 	app := fxtest.New(t, Options(cfg, token, discard), fx.Populate(&srv))
 	app.RequireStart()
@@ -81,12 +82,17 @@ func TestEmbeddedStartStop(t *testing.T) {
 
 func TestGeneratedTokenIsStoredPrivately(t *testing.T) {
 	cfg := testConfig(t)
-	token, err := Prepare(cfg, discard)
+	token, lock, err := Prepare(cfg, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := Prepare(cfg, discard)
-	if err != nil || again != token || len(token) < 32 {
+	lock.Unlock()
+	again, lock, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	if again != token || len(token) < 32 {
 		t.Fatalf("second start: token %q, %v; want the first token %q", again, err, token)
 	}
 	st, err := os.Stat(filepath.Join(cfg.DataDir, "api-token"))
@@ -94,7 +100,12 @@ func TestGeneratedTokenIsStoredPrivately(t *testing.T) {
 		t.Errorf("token file: %v, %v; want mode 0600", st, err)
 	}
 	cfg.APIToken = "configured-token-0123"
-	if tok, _ := Prepare(cfg, discard); tok != "configured-token-0123" {
+	tok, lock, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	if tok != "configured-token-0123" {
 		t.Errorf("configured token ignored: got %q", tok)
 	}
 }

@@ -52,19 +52,32 @@ func Write(dataDir string, info Info) error {
 func Remove(dataDir string) { os.Remove(filepath.Join(dataDir, EndpointFile)) }
 
 // Read returns the endpoint and token of the server whose data directory is
-// dataDir.
+// dataDir. A discovery file whose server was killed, so that it could not
+// remove it, is an error that says so.
 func Read(dataDir string) (endpoint, token string, err error) {
-	data, err := os.ReadFile(filepath.Join(dataDir, EndpointFile))
+	info, err := readInfo(dataDir)
 	if err != nil {
-		return "", "", fmt.Errorf("no running server found in %s (start one with `sless server`, or set SLESS_ENDPOINT and SLESS_TOKEN): %w", dataDir, err)
+		return "", "", err
 	}
-	var info Info
-	if err := json.Unmarshal(data, &info); err != nil || info.Endpoint == "" {
-		return "", "", fmt.Errorf("%s is corrupt; restart the server or set SLESS_ENDPOINT", filepath.Join(dataDir, EndpointFile))
+	if !Running(dataDir) {
+		return "", "", fmt.Errorf("the sless server recorded in %s (pid %d, %s) is not running: it was stopped without cleaning up; start it again with `sless server`", filepath.Join(dataDir, EndpointFile), info.PID, info.Endpoint)
 	}
 	tok, err := os.ReadFile(filepath.Join(dataDir, TokenFile))
 	if err != nil {
 		return info.Endpoint, "", fmt.Errorf("reading the API token (set SLESS_TOKEN if the server was given one): %w", err)
 	}
 	return info.Endpoint, strings.TrimSpace(string(tok)), nil
+}
+
+// readInfo reads the discovery file of dataDir.
+func readInfo(dataDir string) (Info, error) {
+	var info Info
+	data, err := os.ReadFile(filepath.Join(dataDir, EndpointFile))
+	if err != nil {
+		return info, fmt.Errorf("no running server found in %s (start one with `sless server`, or set SLESS_ENDPOINT and SLESS_TOKEN): %w", dataDir, err)
+	}
+	if err := json.Unmarshal(data, &info); err != nil || info.Endpoint == "" {
+		return info, fmt.Errorf("%s is corrupt; restart the server or set SLESS_ENDPOINT", filepath.Join(dataDir, EndpointFile))
+	}
+	return info, nil
 }

@@ -95,7 +95,10 @@ func New(cfg Config, runtimes Runtimes, log *slog.Logger) *Executor {
 
 // Start creates the executor's runtime directory and starts the idle reaper.
 func (e *Executor) Start(ctx context.Context) error {
-	dir, err := os.MkdirTemp("", "sless-run-")
+	if n := removeDeadRunDirs(""); n > 0 {
+		e.log.Info("removed the instance directories of servers that did not stop", "count", n)
+	}
+	dir, err := makeRunDir("")
 	if err != nil {
 		return fmt.Errorf("creating the instance directory: %w", err)
 	}

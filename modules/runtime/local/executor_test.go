@@ -327,3 +327,29 @@ func TestStaleCgroupsAreRemoved(t *testing.T) {
 		t.Errorf("the running executor's cgroup %s was removed: %v", dir, err)
 	}
 }
+
+func TestDeadServersRunDirsAreRemoved(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	// What a server with pid 2^22+1 (above pid_max's usual maximum) killed
+	// before its stop leaves behind, next to what this test's running
+	// executor and other programs own.
+	stale := filepath.Join(tmp, "sless-run-4194305-123")
+	if err := os.MkdirAll(filepath.Join(stale, "s1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	running := newExecutor(t, local.Config{})
+	other := filepath.Join(tmp, "sless-run-other")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dead server's %s is still there: %v", stale, err)
+	}
+	newExecutor(t, local.Config{})
+	for _, dir := range []string{local.RunDirOf(running), other} {
+		if _, err := os.Stat(dir); err != nil {
+			t.Errorf("%s was removed: %v", dir, err)
+		}
+	}
+}

@@ -81,10 +81,7 @@ func removeStale(dir string) {
 		return
 	}
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), parentPrefix)
-		pidText, _, ok2 := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if !e.IsDir() || !ok || !ok2 || err != nil || processAlive(pid) {
+		if !e.IsDir() || !ownerDead(e.Name(), parentPrefix) {
 			continue
 		}
 		parent := filepath.Join(dir, e.Name())

@@ -1,0 +1,50 @@
+package local
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// runDirPrefix starts the name of an executor's runtime directory in the
+// temp directory; the server's pid and a dash follow, so that a later server
+// can tell the directories of a dead one.
+const runDirPrefix = "sless-run-"
+
+// makeRunDir creates this process's runtime directory in tmp (the system's
+// temp directory when empty), named after its pid.
+func makeRunDir(tmp string) (string, error) {
+	return os.MkdirTemp(tmp, fmt.Sprintf("%s%d-", runDirPrefix, os.Getpid()))
+}
+
+// removeDeadRunDirs removes the runtime directories in tmp (the system's temp
+// directory when empty) of servers that no longer run, because they were
+// killed before their Stop, and returns how many it removed. The memory
+// cgroups of dead servers are removed by newMemoryLimiter.
+func removeDeadRunDirs(tmp string) int {
+	if tmp == "" {
+		tmp = os.TempDir()
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return 0
+	}
+	removed := 0
+	for _, e := range entries {
+		if e.IsDir() && ownerDead(e.Name(), runDirPrefix) && os.RemoveAll(filepath.Join(tmp, e.Name())) == nil {
+			removed++
+		}
+	}
+	return removed
+}
+
+// ownerDead reports whether name is prefix, a pid and a dash followed by
+// anything, and that process no longer runs.
+func ownerDead(name, prefix string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	pidText, _, ok2 := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidText)
+	return ok && ok2 && err == nil && pid > 0 && !processAlive(pid)
+}
