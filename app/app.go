@@ -40,11 +40,7 @@ const StopTimeout = 30 * time.Second
 // configuration whose API token is known. plugins are added as they are.
 func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.Option {
 	return fx.Options(
-		fx.WithLogger(func() fxevent.Logger {
-			l := &fxevent.SlogLogger{Logger: log.With("module", "fx")}
-			l.UseLogLevel(slog.LevelDebug)
-			return l
-		}),
+		fx.WithLogger(func() fxevent.Logger { return newFxLogger(log) }),
 		fx.Supply(log, c),
 		fx.Provide(
 			func() auth.Authenticator { return auth.NewStaticToken(token) },

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -122,5 +123,28 @@ func TestStartFailsOnBadAddress(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "listening on 203.0.113.1:1") {
 		t.Errorf("got %v; want it to name the address", err)
+	}
+}
+
+// At debug level fx's events are one line each, without stack traces.
+func TestDebugLogOfFxHasNoTraces(t *testing.T) {
+	var buf bytes.Buffer
+	log := NewLogger(testConfig(t, "--log-level", "debug"), &buf)
+	cfg := testConfig(t)
+	token, lock, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Unlock()
+	app := fxtest.New(t, Options(cfg, token, log))
+	app.RequireStart().RequireStop()
+	out := buf.String()
+	if !strings.Contains(out, "msg=provided") {
+		t.Fatalf("no fx event in the debug log:\n%s", out)
+	}
+	for _, trace := range []string{"stacktrace", "moduletrace"} {
+		if strings.Contains(out, trace) {
+			t.Errorf("the debug log has fx's %s:\n%.2000s", trace, out)
+		}
 	}
 }

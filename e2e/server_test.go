@@ -108,3 +108,26 @@ func TestKilledServerIsCleanedUpAfter(t *testing.T) {
 	}
 	s.mustCLI("fn", "list")
 }
+
+// A user's mistake is not a server error, and neither is a clean shutdown:
+// a 409 on create and a SIGTERM while an interpreter is being pre-started
+// log no error.
+func TestUserErrorsAndShutdownLogNoError(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	s.mustCLI("deploy", "../examples/hello-python", "--name", "hello", "--runtime", "python3.11")
+	if code, body := s.api("POST", "/v1/namespaces/default/functions", "application/json",
+		[]byte(`{"name": "hello", "runtime": "python3.11"}`)); code != http.StatusConflict {
+		t.Fatalf("creating an existing function: HTTP %d %s, want 409", code, body)
+	}
+	// The cold start takes the pre-started interpreter and starts its
+	// replacement, which the SIGTERM right after cancels.
+	if code, _, body := s.post("/fn/default/hello", `{"name": "x"}`); code != http.StatusOK {
+		t.Fatalf("invoke: HTTP %d %s", code, body)
+	}
+	s.stop()
+	for line := range strings.SplitSeq(s.logs.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			t.Errorf("logged an error: %s", line)
+		}
+	}
+}

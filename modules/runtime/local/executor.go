@@ -387,6 +387,8 @@ func (s *spares) startOne() {
 	defer s.mu.Unlock()
 	s.starting--
 	switch {
+	case err != nil && s.e.ctx.Err() != nil:
+		// Stop cancelled the start: shutting down is not a failure.
 	case err != nil:
 		s.e.log.Error("pre-starting an instance failed", "runtime", s.p.Name(), "error", err)
 	case s.stopped:

@@ -175,7 +175,14 @@ func (l *gormLogger) Error(ctx context.Context, msg string, args ...any) {
 func (l *gormLogger) Trace(ctx context.Context, begin time.Time, fc func() (string, int64), err error) {
 	elapsed := time.Since(begin)
 	switch {
-	case err != nil && !errors.Is(err, gorm.ErrRecordNotFound) && !errors.Is(err, context.Canceled):
+	case errors.Is(err, gorm.ErrRecordNotFound) || errors.Is(err, gorm.ErrDuplicatedKey) || errors.Is(err, context.Canceled):
+		// Answers the caller handles (404, 409) or stopped asking for:
+		// not failures of the database.
+		if l.log.Enabled(ctx, slog.LevelDebug) {
+			sql, rows := fc()
+			l.log.DebugContext(ctx, "database statement refused", "sql", sql, "rows", rows, "duration", elapsed, "error", err)
+		}
+	case err != nil:
 		sql, rows := fc()
 		l.log.ErrorContext(ctx, "database statement failed", "sql", sql, "rows", rows, "duration", elapsed, "error", err)
 	case elapsed > l.slow:
