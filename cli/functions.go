@@ -89,11 +89,9 @@ func deploy(ctx context.Context, g *globals, f *deployFlags, dir string, stdout,
 		}
 		fmt.Fprintf(stderr, "updated function %s/%s\n", ns, f.name)
 	}
-	var trigger *triggers.Trigger
-	if f.http {
-		if trigger, err = ensureHTTPTrigger(ctx, c, ns, f.name, stderr); err != nil {
-			return err
-		}
+	trigger, exposed, err := exposeHTTP(ctx, c, ns, f.name, f.http, stderr)
+	if err != nil {
+		return err
 	}
 	uploaded, err := c.UploadCode(ctx, ns, f.name, zip)
 	if err != nil {
@@ -101,7 +99,7 @@ func deploy(ctx context.Context, g *globals, f *deployFlags, dir string, stdout,
 	}
 	fmt.Fprintln(stderr, "uploaded code")
 	if f.noWait {
-		return printFunctionResult(g, stdout, uploaded, c)
+		return printFunctionResult(g, stdout, uploaded, c, exposed)
 	}
 
 	waitCtx, cancel := context.WithTimeout(ctx, f.wait)
@@ -127,37 +125,53 @@ func deploy(ctx context.Context, g *globals, f *deployFlags, dir string, stdout,
 		}
 	}
 	fmt.Fprintf(stderr, "ready in %s\n", since(start))
-	return printFunctionResult(g, stdout, settled, c)
+	return printFunctionResult(g, stdout, settled, c, exposed)
 }
 
-// ensureHTTPTrigger creates an http trigger named after the function unless
-// the function has an http trigger already, and returns the one it created.
-func ensureHTTPTrigger(ctx context.Context, c *client.Client, ns, name string, stderr io.Writer) (*triggers.Trigger, error) {
+// exposeHTTP reports whether the function is exposed on /fn (it has an
+// enabled http trigger) and, when it has no http trigger and create is set,
+// creates one named after it and returns that trigger.
+func exposeHTTP(ctx context.Context, c *client.Client, ns, name string, create bool, stderr io.Writer) (created *triggers.Trigger, exposed bool, err error) {
 	ts, err := c.ListTriggers(ctx, ns)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	found := false
 	for _, t := range ts {
 		if t.Function == name && t.Type == triggers.TypeHTTP {
-			return nil, nil
+			found = true
+			exposed = exposed || t.IsEnabled()
 		}
+	}
+	if found || !create {
+		return nil, exposed, nil
 	}
 	t, err := c.CreateTrigger(ctx, &triggers.Trigger{Name: name, Namespace: ns,
 		Spec: triggers.Spec{Function: name, Type: triggers.TypeHTTP}})
 	if err != nil {
-		return nil, fmt.Errorf("exposing the function on /fn: %w", err)
+		return nil, false, fmt.Errorf("exposing the function on /fn: %w", err)
 	}
 	fmt.Fprintf(stderr, "created http trigger %s/%s\n", ns, name)
-	return t, nil
+	return t, true, nil
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
 
-func printFunctionResult(g *globals, w io.Writer, fn *functions.Function, c *client.Client) error {
+// printFunctionResult prints what deploy made: the function as JSON, else
+// how to invoke it: its /fn URL when exposed, else the CLI command.
+func printFunctionResult(g *globals, w io.Writer, fn *functions.Function, c *client.Client, exposed bool) error {
 	if g.output == "json" {
 		return printJSON(w, fn)
 	}
-	_, err := fmt.Fprintln(w, c.InvokeURL(fn.Namespace, fn.Name))
+	if exposed {
+		_, err := fmt.Fprintln(w, c.InvokeURL(fn.Namespace, fn.Name))
+		return err
+	}
+	how := "sless invoke " + fn.Name
+	if g.namespace != "" {
+		how += " -n " + fn.Namespace
+	}
+	_, err := fmt.Fprintf(w, "%s    # not exposed on /fn: it has no enabled http trigger\n", how)
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -33,17 +34,19 @@ type Client struct {
 
 // FromEnv returns a client for SLESS_ENDPOINT and SLESS_TOKEN. When
 // SLESS_ENDPOINT is unset it finds the server running from the data
-// directory (SLESS_DATA_DIR, else the default one) and its generated token.
+// directory (SLESS_DATA_DIR, else the default one) and its generated token;
+// when it is set without SLESS_TOKEN and names that same server, it takes
+// that server's token. An endpoint without a scheme (HOST:PORT) is http.
 func FromEnv() (*Client, error) {
 	endpoint, token := os.Getenv("SLESS_ENDPOINT"), os.Getenv("SLESS_TOKEN")
-	if endpoint == "" {
-		dir := os.Getenv("SLESS_DATA_DIR")
-		if dir == "" {
-			var err error
-			if dir, err = discovery.DefaultDataDir(); err != nil {
-				return nil, err
-			}
+	dir := os.Getenv("SLESS_DATA_DIR")
+	if dir == "" {
+		var err error
+		if dir, err = discovery.DefaultDataDir(); err != nil {
+			return nil, err
 		}
+	}
+	if endpoint == "" {
 		found, foundToken, err := discovery.Read(dir)
 		if err != nil {
 			return nil, err
@@ -52,11 +55,66 @@ func FromEnv() (*Client, error) {
 		if token == "" {
 			token = foundToken
 		}
+	} else {
+		var err error
+		if endpoint, err = parseEndpoint(endpoint); err != nil {
+			return nil, err
+		}
+		if token == "" {
+			// Only to the local server: its token goes nowhere else.
+			if found, foundToken, err := discovery.Read(dir); err == nil && sameServer(found, endpoint) {
+				token = foundToken
+			}
+		}
 	}
 	if token == "" {
-		return nil, errors.New("no API token: set SLESS_TOKEN")
+		return nil, fmt.Errorf("no API token for %s: set SLESS_TOKEN", endpoint)
 	}
-	return &Client{Endpoint: strings.TrimRight(endpoint, "/"), Token: token}, nil
+	return &Client{Endpoint: endpoint, Token: token}, nil
+}
+
+// parseEndpoint returns the base URL of the server that SLESS_ENDPOINT
+// names, as a URL or as HOST:PORT, without a trailing slash.
+func parseEndpoint(s string) (string, error) {
+	raw := strings.TrimSpace(s)
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("SLESS_ENDPOINT %q is not a server address: use http://HOST:PORT, https://HOST or HOST:PORT", s)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// sameServer reports whether the base URLs a and b reach the same server on
+// this machine: the same scheme, port and path, and the same host, with the
+// loopback and unspecified addresses and localhost all meaning this machine.
+func sameServer(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil || ua.Scheme != ub.Scheme || port(ua) != port(ub) || strings.TrimRight(ua.Path, "/") != strings.TrimRight(ub.Path, "/") {
+		return false
+	}
+	return ua.Hostname() == ub.Hostname() || (local(ua.Hostname()) && local(ub.Hostname()))
+}
+
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if u.Scheme == "https" {
+		return "443"
+	}
+	return "80"
+}
+
+func local(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
 }
 
 // APIError is an error response of the API.

@@ -164,10 +164,15 @@ func (s *server) restart() {
 // cli runs the sless CLI against s the way a user on the same machine does:
 // with only SLESS_DATA_DIR set, so that it discovers the endpoint and token.
 func (s *server) cli(args ...string) (stdout, stderr string, err error) {
+	return s.cliWithEnv(nil, args...)
+}
+
+// cliWithEnv runs the CLI like cli, with the variables env added.
+func (s *server) cliWithEnv(env []string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(cleanEnv(), "SLESS_DATA_DIR="+s.opts.dataDir)
+	cmd.Env = append(append(cleanEnv(), "SLESS_DATA_DIR="+s.opts.dataDir), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
