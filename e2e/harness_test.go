@@ -54,6 +54,9 @@ type serverOptions struct {
 	databaseURL string
 	blobURL     string
 	env         []string
+	// maxFileBlocks, when set, is the server's `ulimit -f`: a file it
+	// writes cannot grow past that many blocks (512 or 1024 bytes, by shell).
+	maxFileBlocks int
 }
 
 // server is a running `sless server`.
@@ -97,6 +100,9 @@ func (s *server) start() {
 	}
 	s.logs = &testenv.SyncBuffer{}
 	s.cmd = exec.Command(binary, args...)
+	if s.opts.maxFileBlocks > 0 {
+		s.cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -f %d && exec "$0" "$@"`, s.opts.maxFileBlocks), binary}, args...)...)
+	}
 	s.cmd.Env = append(cleanEnv(), s.opts.env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

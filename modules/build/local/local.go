@@ -13,8 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"sless.kube5s.ru/sless/internal/keylock"
@@ -87,7 +85,7 @@ func (b *Builder) Build(ctx context.Context, req build.Request) (build.Result, e
 	if err := touch(final); err != nil {
 		return build.Result{}, fmt.Errorf("marking artifact %s used: %w", id, err)
 	}
-	if err := checkHandler(p, req.Handler, final); err != nil {
+	if err := build.CheckHandler(p, req.Handler, dirCode(final)); err != nil {
 		return build.Result{}, err
 	}
 	return res, nil
@@ -233,20 +231,16 @@ func (b *Builder) extract(ctx context.Context, sha, zipPath, dir string) error {
 	return nil
 }
 
-// checkHandler fails the build when none of the handler's candidate files is
-// in the code, listing what is at the top level to help spot a zip that has
-// an extra directory level.
-func checkHandler(p runtime.Provider, handler, dir string) error {
-	files, err := p.HandlerFiles(handler)
-	if err != nil {
-		return &build.Error{Msg: err.Error(), Err: err}
-	}
-	for _, f := range files {
-		if st, err := os.Stat(filepath.Join(dir, f)); err == nil && st.Mode().IsRegular() {
-			return nil
-		}
-	}
-	entries, _ := os.ReadDir(dir)
+// dirCode is an extracted artifact as build.CheckHandler sees it.
+type dirCode string
+
+func (d dirCode) IsFile(name string) bool {
+	st, err := os.Stat(filepath.Join(string(d), filepath.FromSlash(name)))
+	return err == nil && st.Mode().IsRegular()
+}
+
+func (d dirCode) TopLevel() []string {
+	entries, _ := os.ReadDir(string(d))
 	var top []string
 	for _, e := range entries {
 		name := e.Name()
@@ -255,10 +249,5 @@ func checkHandler(p runtime.Provider, handler, dir string) error {
 		}
 		top = append(top, name)
 	}
-	slices.Sort(top)
-	if len(top) > 20 {
-		top = append(top[:20], "...")
-	}
-	return &build.Error{Msg: fmt.Sprintf("handler %q needs %s in the uploaded code, which has at its top level: %s",
-		handler, strings.Join(files, " or "), strings.Join(top, ", "))}
+	return top
 }

@@ -129,7 +129,7 @@ func TestBuildErrorsAreForTheUser(t *testing.T) {
 		sha   string
 		want  string
 	}{
-		{name: "handler missing", files: map[string]string{"app/handler.py": "x"}, want: `handler "handler.handle" needs handler.py or handler/__init__.py in the uploaded code, which has at its top level: app/`},
+		{name: "handler missing", files: map[string]string{"app/handler.py": "x"}, want: `the handler file is missing: handler "handler.handle" needs handler.py or handler/__init__.py in the uploaded code, which has at its top level: app/`},
 		{name: "zip slip", files: map[string]string{"handler.py": "x", "../../evil.py": "x"}, want: `"../../evil.py"`},
 		{name: "missing blob", sha: strings.Repeat("ab", 32), want: "missing from the blob store"},
 		{name: "pip failure quotes pip", files: map[string]string{"handler.py": "x", "requirements.txt": "./nope-1.0-py3-none-any.whl\n"},

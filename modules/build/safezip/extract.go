@@ -60,17 +60,12 @@ func (w *writer) subdir(r *os.Root, n *node) error {
 }
 
 func (w *writer) file(r *os.Root, n *node) error {
-	src, err := n.zf.Open()
-	if err != nil {
-		return corruptEntry(n.zf.Name, err)
-	}
-	defer src.Close()
 	// O_EXCL: never reuse (or write through) anything already there.
 	dst, err := r.OpenFile(n.name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, n.mode)
 	if err != nil {
 		return fmt.Errorf("safezip: %w", err)
 	}
-	written, err := copyContent(dst, src, n.zf, w.left, w.limit)
+	written, err := copyEntry(dst, n.zf, w.left, w.limit)
 	w.left -= written
 	if err == nil {
 		// As for directories: do not let the umask decide.
@@ -90,7 +85,7 @@ func copyContent(dst io.Writer, src io.Reader, zf *zip.File, left, limit int64) 
 	n, err := io.Copy(dst, io.LimitReader(sr, left+1))
 	switch {
 	case sr.err != nil:
-		return n, contentError(zf.Name, zf.UncompressedSize64, sr.err)
+		return n, contentError(zf.Name, sr.err)
 	case err != nil:
 		return n, fmt.Errorf("safezip: writing %q: %w", zf.Name, err)
 	case n > left:

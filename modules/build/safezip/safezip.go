@@ -133,12 +133,30 @@ const (
 )
 
 // Check validates an archive of size bytes read from r without writing
-// anything: its size, entry count, declared sizes, entry names and types, and
-// symbolic link targets. An archive that passes Check can still fail Extract if
-// its compressed data turns out to be corrupt or larger than declared.
+// anything: its size, entry count, entry names and types, symbolic link
+// targets, and every file's data, inflated (and discarded) to count its real
+// size against MaxExtractedBytes and to compare its size and checksum with
+// its header. An archive that passes Check extracts unless the disk fails.
+//
+// A failure to read r is returned as a plain error wrapping it, not an
+// *Error: it is no fault of the archive.
 func Check(r io.ReaderAt, size int64, lim Limits) error {
-	_, err := newPlan(r, size, lim.withDefaults())
+	_, err := Inspect(r, size, lim)
 	return err
+}
+
+// Inspect checks the archive as Check does and returns what it holds.
+func Inspect(r io.ReaderAt, size int64, lim Limits) (*Archive, error) {
+	lim = lim.withDefaults()
+	ar := &archiveReader{r: r}
+	p, err := newPlan(ar, size, lim)
+	if err == nil {
+		err = p.checkContent(lim)
+	}
+	if err := ar.failed(err); err != nil {
+		return nil, err
+	}
+	return &Archive{p: p}, nil
 }
 
 // Extract validates the archive as Check does and writes it into dir, which
@@ -155,9 +173,10 @@ func Extract(r io.ReaderAt, size int64, dir string, lim Limits) (err error) {
 	if err := checkEmptyDir(dir); err != nil {
 		return err
 	}
-	p, err := newPlan(r, size, lim)
+	ar := &archiveReader{r: r}
+	p, err := newPlan(ar, size, lim)
 	if err != nil {
-		return err
+		return ar.failed(err)
 	}
 	// os.Root is a second line of defence: even if validation missed
 	// something, nothing can be created outside dir.
@@ -175,7 +194,7 @@ func Extract(r io.ReaderAt, size int64, dir string, lim Limits) (err error) {
 		}
 	}()
 	w := &writer{left: lim.MaxExtractedBytes, limit: lim.MaxExtractedBytes}
-	return w.dir(root, &p.root)
+	return ar.failed(w.dir(root, &p.root))
 }
 
 func checkEmptyDir(dir string) error {
@@ -241,6 +260,7 @@ type node struct {
 type plan struct {
 	root     node
 	nodes    map[string]*node // by cleaned path
+	files    []*node          // in archive order
 	maxNodes int
 }
 
@@ -327,6 +347,7 @@ func (p *plan) add(zf *zip.File) error {
 		if zf.Mode()&0o111 != 0 {
 			n.mode = 0o755
 		}
+		p.files = append(p.files, n)
 	case kindLink:
 		target, err := readLinkTarget(zf)
 		if err != nil {
@@ -491,16 +512,14 @@ func readLinkTarget(zf *zip.File) (string, error) {
 	if zf.UncompressedSize64 > maxLinkTarget {
 		return "", unsafeEntry(zf.Name, "symbolic link target is longer than %d bytes", maxLinkTarget)
 	}
-	rc, err := zf.Open()
+	c, err := openContent(zf)
 	if err != nil {
-		return "", corruptEntry(zf.Name, err)
+		return "", err
 	}
-	defer rc.Close()
-	// archive/zip stops at the declared size, which was checked above; the
-	// LimitReader keeps this bounded even if that ever changes.
-	b, err := io.ReadAll(io.LimitReader(rc, maxLinkTarget+1))
+	// The content is not bounded by the declared size checked above.
+	b, err := io.ReadAll(io.LimitReader(c, maxLinkTarget+1))
 	if err != nil {
-		return "", contentError(zf.Name, zf.UncompressedSize64, err)
+		return "", contentError(zf.Name, err)
 	}
 	if len(b) > maxLinkTarget {
 		return "", unsafeEntry(zf.Name, "symbolic link target is longer than %d bytes", maxLinkTarget)
@@ -546,14 +565,11 @@ func checkLinkTarget(raw, name, target string) error {
 }
 
 // contentError classifies an error from reading an entry's decompressed
-// content.
-func contentError(entry string, declared uint64, err error) *Error {
-	if errors.Is(err, zip.ErrFormat) {
-		// archive/zip reports ErrFormat when an entry decompresses to more
-		// than its header declares. The size limit was first checked against
-		// those headers, so the lie is what a zip bomb does, not mere damage.
-		return &Error{Kind: ErrUnsafeEntry, Entry: entry, Err: err,
-			Reason: fmt.Sprintf("content is larger than the %s its header declares (zip bomb?)", formatSize(int64(declared)))}
+// content: content's own *Error, or a read error of the archive, which
+// archiveReader.failed tells apart later.
+func contentError(entry string, err error) error {
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e
 	}
 	return corruptEntry(entry, err)
 }

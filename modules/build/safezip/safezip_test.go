@@ -125,6 +125,16 @@ func rawZip(t testing.TB, fh *zip.FileHeader, body string) []byte {
 	return buf.Bytes()
 }
 
+// badChecksumZip returns an archive whose one stored entry does not match
+// the CRC-32 of its header.
+func badChecksumZip(t testing.TB) []byte {
+	t.Helper()
+	data := rawZip(t, &zip.FileHeader{Name: "a.py", Method: zip.Store}, "print(1)\n")
+	// The stored data follows the 30-byte local header and the name.
+	data[30+len("a.py")] ^= 0xff
+	return data
+}
+
 // manyEntries returns an archive of n empty stored files; past 65535 entries
 // archive/zip writes zip64 records.
 func manyEntries(t testing.TB, n int) []byte {
@@ -149,9 +159,6 @@ type badCase struct {
 	kind error
 	// text must appear in the error message: the entry or the limit.
 	text string
-	// extractOnly marks problems only decompression reveals, which Check
-	// cannot see.
-	extractOnly bool
 }
 
 func badCases(t testing.TB) []badCase {
@@ -222,7 +229,7 @@ func badCases(t testing.TB) []badCase {
 		{name: "unknown method", zip: rawZip(t, &zip.FileHeader{Name: "a.py", Method: 99}, "x"),
 			kind: ErrNotZip, text: `zip entry "a.py": unsupported compression method 99`},
 		{name: "corrupt content", zip: rawZip(t, &zip.FileHeader{Name: "a.py", Method: zip.Deflate}, "\xff\xff\xff"),
-			kind: ErrNotZip, text: `zip entry "a.py": content is corrupt`, extractOnly: true},
+			kind: ErrNotZip, text: `zip entry "a.py": content is corrupt`},
 		{name: "too many entries", zip: manyEntries(t, 11), lim: Limits{MaxEntries: 10},
 			kind: ErrLimit, text: "archive has 11 entries; the limit is 10"},
 		{name: "too many implied directories", zip: buildZip(t, file("a/b/c/d.py", "x"), file("e/f/g/h.py", "x")), lim: Limits{MaxEntries: 7},
@@ -238,8 +245,13 @@ func badCases(t testing.TB) []badCase {
 			lim:  Limits{MaxExtractedBytes: 1000},
 			kind: ErrLimit, text: "more than 1000 bytes"},
 		{name: "bomb with falsified size", zip: bombZip(t, "bomb.txt", 0o644, 100, 1<<20), lim: Limits{MaxExtractedBytes: 64 << 10},
-			kind: ErrUnsafeEntry, text: `zip entry "bomb.txt": content is larger than the 100 bytes its header declares`,
-			extractOnly: true},
+			kind: ErrLimit, text: `zip entry "bomb.txt": archive expands to more than 64 KiB, the limit for extracted files`},
+		{name: "falsified size within the limit", zip: bombZip(t, "bomb.txt", 0o644, 100, 1000),
+			kind: ErrUnsafeEntry, text: `zip entry "bomb.txt": content is larger than the 100 bytes its header declares`},
+		{name: "less data than declared", zip: bombZip(t, "short.txt", 0o644, 1000, 10),
+			kind: ErrNotZip, text: `zip entry "short.txt": content is corrupt: 10 bytes of data where the header declares 1000 bytes`},
+		{name: "checksum", zip: badChecksumZip(t),
+			kind: ErrNotZip, text: `zip entry "a.py": content is corrupt: zip: checksum error`},
 		{name: "symlink with falsified size", zip: bombZip(t, "link", fs.ModeSymlink|0o777, 1, 100),
 			kind: ErrUnsafeEntry, text: `zip entry "link": content is larger than the 1 byte its header declares`},
 	}
@@ -253,13 +265,8 @@ func TestExtractRejects(t *testing.T) {
 			assertError(t, err, tc.kind, tc.text)
 			assertEmpty(t, dir)
 
+			// Check refuses what Extract would, without writing.
 			err = Check(bytes.NewReader(tc.zip), int64(len(tc.zip)), tc.lim)
-			if tc.extractOnly {
-				if err != nil {
-					t.Errorf("Check: %v, want nil (only extraction can tell)", err)
-				}
-				return
-			}
 			assertError(t, err, tc.kind, tc.text)
 		})
 	}
@@ -410,9 +417,9 @@ func TestExtractNeedsEmptyDir(t *testing.T) {
 	}
 }
 
-// TestCopyCountsActualBytes exercises the decompressed-byte budget directly:
-// archive/zip already refuses content beyond the declared size, so through
-// Extract the budget is a second line of defence that tests cannot reach.
+// TestCopyCountsActualBytes exercises the decompressed-byte budget and the
+// classification of failures directly (badCases reach the budget through
+// archives whose headers lie).
 func TestCopyCountsActualBytes(t *testing.T) {
 	zf := &zip.File{FileHeader: zip.FileHeader{Name: "big.bin", UncompressedSize64: 10}}
 	tests := []struct {
@@ -427,8 +434,6 @@ func TestCopyCountsActualBytes(t *testing.T) {
 		{name: "within budget", src: strings.NewReader("12345"), dst: io.Discard, left: 5, wantN: 5},
 		{name: "over budget", src: strings.NewReader("123456"), dst: io.Discard, left: 5, wantN: 6,
 			kind: ErrLimit, wantErr: `zip entry "big.bin": archive expands to more than 100 bytes`},
-		{name: "more than declared", src: io.MultiReader(strings.NewReader("12"), errReader{zip.ErrFormat}), dst: io.Discard, left: 50, wantN: 2,
-			kind: ErrUnsafeEntry, wantErr: `zip entry "big.bin": content is larger than the 10 bytes its header declares`},
 		{name: "corrupt", src: errReader{zip.ErrChecksum}, dst: io.Discard, left: 50,
 			kind: ErrNotZip, wantErr: `zip entry "big.bin": content is corrupt: zip: checksum error`},
 		{name: "disk full", src: strings.NewReader("12"), dst: errWriter{errors.New("no space left")}, left: 50,
@@ -639,5 +644,80 @@ func assertCountIsUpperBound(t *testing.T, data []byte) {
 	}
 	if n < len(zr.File) {
 		t.Fatalf("countEntries = %d, archive/zip loads %d", n, len(zr.File))
+	}
+}
+
+func TestArchiveIsFile(t *testing.T) {
+	data := buildZip(t,
+		file("handler.py", "x"),
+		directory("handler.js/"),
+		file("src/app.py", "x"),
+		link("lib", "src"),
+		link("main.py", "src/app.py"),
+		link("chain.py", "main.py"),
+		link("dir.py", "src"),
+		link("src/up", ".."),
+		link("loop1", "loop2"),
+		link("loop2", "loop1"),
+		link("dangling.py", "missing.py"),
+	)
+	a, err := Inspect(bytes.NewReader(data), int64(len(data)), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{
+		"handler.py":        true,
+		"handler.js":        false, // a directory
+		"src/app.py":        true,
+		"lib/app.py":        true, // through a link to a directory
+		"main.py":           true,
+		"chain.py":          true,
+		"dir.py":            false,
+		"src/up/handler.py": true,
+		"loop1":             false,
+		"dangling.py":       false,
+		"missing.py":        false,
+		"handler.py/x":      false,
+		"src":               false,
+	} {
+		if got := a.IsFile(name); got != want {
+			t.Errorf("IsFile(%q) = %v, want %v", name, got, want)
+		}
+	}
+	wantTop := []string{"chain.py", "dangling.py", "dir.py", "handler.js/", "handler.py", "lib", "loop1", "loop2", "main.py", "src/"}
+	if diff := cmp.Diff(wantTop, a.TopLevel()); diff != "" {
+		t.Errorf("TopLevel (-want +got):\n%s", diff)
+	}
+}
+
+// failingReaderAt fails every read from offset failAt on, as a failing disk
+// would.
+type failingReaderAt struct {
+	r      io.ReaderAt
+	failAt int64
+}
+
+func (f failingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > f.failAt {
+		return 0, errors.New("read /tmp/upload-1.zip: input/output error")
+	}
+	return f.r.ReadAt(p, off)
+}
+
+// TestReadFailureIsNotTheArchives checks that an archive that cannot be read
+// is reported as a failure to read it, not as a problem of the archive that
+// an API would show to the uploader.
+func TestReadFailureIsNotTheArchives(t *testing.T) {
+	data := buildZip(t, file("a.py", strings.Repeat("print(1)\n", 1000)))
+	for _, failAt := range []int64{0, 40, int64(len(data)) - 30} {
+		r := failingReaderAt{bytes.NewReader(data), failAt}
+		for name, err := range map[string]error{
+			"Check":   Check(r, int64(len(data)), Limits{}),
+			"Extract": Extract(r, int64(len(data)), t.TempDir(), Limits{}),
+		} {
+			if _, ok := errors.AsType[*Error](err); ok || err == nil || !strings.Contains(err.Error(), "safezip: reading the archive: ") {
+				t.Errorf("%s with reads failing from offset %d: %v, want a read error that is not an *Error", name, failAt, err)
+			}
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/storage"
@@ -143,11 +144,13 @@ func (a *API) delete(c *gin.Context) error {
 }
 
 // upload stores a zip as the function's code. The zip is spooled to a file
-// while it is hashed, checked entry by entry (a bad zip is refused with a
-// message naming the entry and changes nothing) and only then stored.
+// while it is hashed, checked entry by entry and inflated (a bad zip is
+// refused with a message naming the entry or the limit), checked for the
+// handler's file, and only then stored: a refused upload changes nothing.
 func (a *API) upload(c *gin.Context) error {
 	k := key(c)
-	if _, err := a.store.Get(c, k); err != nil {
+	fn, err := a.store.Get(c, k)
+	if err != nil {
 		return notFound(err, k)
 	}
 	body, err := zipBody(c)
@@ -160,8 +163,19 @@ func (a *API) upload(c *gin.Context) error {
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if err := safezip.Check(f, size, a.limits); err != nil {
-		return httpx.Errorf(http.StatusBadRequest, "%v", err)
+	code, err := safezip.Inspect(f, size, a.limits)
+	if e, ok := errors.AsType[*safezip.Error](err); ok {
+		return httpx.Errorf(http.StatusBadRequest, "%v", e)
+	}
+	if err != nil {
+		return fmt.Errorf("checking the upload of %s: %w", k, err)
+	}
+	// A spec with an unknown runtime (one removed from the server since)
+	// cannot say which file the handler needs; its build will say why.
+	if p, err := a.runtimes.Get(fn.Runtime); err == nil {
+		if err := build.CheckHandler(p, fn.Handler, code); err != nil {
+			return httpx.Errorf(http.StatusBadRequest, "%v", err)
+		}
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
@@ -231,8 +245,13 @@ func (a *API) spool(r io.Reader) (*os.File, int64, string, error) {
 	}
 	limit := a.limits.MaxCompressedBytes
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, limit+1))
+	w := &spoolWriter{f: f}
+	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(r, limit+1))
 	switch {
+	case w.err != nil:
+		// The server's disk, not the upload: a 500 whose cause (with the
+		// spool file's path) goes to the log only.
+		return fail(fmt.Errorf("spooling an upload: %w", w.err))
 	case err == nil && n > limit:
 		return fail(httpx.Errorf(http.StatusRequestEntityTooLarge, "the upload exceeds the limit of %s for a zip", humanize.IBytes(uint64(limit))))
 	case err != nil:
@@ -241,4 +260,19 @@ func (a *API) spool(r io.Reader) (*os.File, int64, string, error) {
 		return fail(httpx.Errorf(http.StatusBadRequest, "the upload is empty; send a zip of your code"))
 	}
 	return f, n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// spoolWriter writes to the spool file and remembers its failure, so that
+// spool tells a failing disk from a failing client.
+type spoolWriter struct {
+	f   *os.File
+	err error
+}
+
+func (w *spoolWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
 }

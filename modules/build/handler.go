@@ -1,0 +1,48 @@
+package build
+
+import (
+	"fmt"
+	"strings"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+)
+
+// Code is a function's code as a handler check sees it: an upload's archive
+// (*safezip.Archive) or a build's extracted files.
+type Code interface {
+	// IsFile reports whether name, slash-separated and relative to the code
+	// root, is a regular file, following symbolic links.
+	IsFile(name string) bool
+	// TopLevel lists the names at the code root, sorted, directories with a
+	// trailing "/".
+	TopLevel() []string
+}
+
+// maxListed bounds the names a missing handler's message lists.
+const maxListed = 20
+
+// CheckHandler returns a *Error when code has none of the files that may
+// hold handler's module (a malformed handler is one too). Its message lists
+// what is at the top level, to help spot a zip with an extra directory
+// level.
+func CheckHandler(p runtime.Provider, handler string, code Code) error {
+	files, err := p.HandlerFiles(handler)
+	if err != nil {
+		return &Error{Msg: err.Error(), Err: err}
+	}
+	for _, f := range files {
+		if code.IsFile(f) {
+			return nil
+		}
+	}
+	top := code.TopLevel()
+	if len(top) > maxListed {
+		top = append(top[:maxListed], "...")
+	}
+	has := "nothing"
+	if len(top) > 0 {
+		has = strings.Join(top, ", ")
+	}
+	return &Error{Msg: fmt.Sprintf("the handler file is missing: handler %q needs %s in the uploaded code, which has at its top level: %s",
+		handler, strings.Join(files, " or "), has)}
+}
