@@ -25,6 +25,7 @@ import (
 	"sless.kube5s.ru/sless/modules/build/buildfx"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
+	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 	"sless.kube5s.ru/sless/modules/invoke/proxy"
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
@@ -56,7 +57,8 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 				UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4,
 			},
 			runtimefx.Config{Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth}},
-			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes}, Retention: c.InvocationRetention},
+			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes}, Retention: c.InvocationRetention,
+				Journal: journal.Options{Dir: filepath.Join(c.DataDir, "journal"), SyncInterval: c.JournalSync, MaxBytes: c.JournalMaxBytes}},
 			triggersfx.Config{Workers: 4},
 		),
 		storagefx.Module,

@@ -16,6 +16,7 @@ import (
 
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/modules/build/safezip"
+	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
@@ -61,6 +62,14 @@ type Config struct {
 	MaxRequestBytes int64
 	// InvocationRetention is how long invocations are kept; default 7 days.
 	InvocationRetention time.Duration
+	// JournalSync is how often the invocation journal is fsynced: a power
+	// loss loses at most this much of the newest records; 0 fsyncs before
+	// every answer. Default 100ms.
+	JournalSync time.Duration
+	// JournalMaxBytes bounds the invocation journal, which grows while the
+	// database does not take records; past it /fn refuses invocations.
+	// Default 1 GiB.
+	JournalMaxBytes int64
 	// ServerCPUs is how many CPUs the server's own code runs on at once
 	// (GOMAXPROCS); default 0: GOMAXPROCS when set, else half of the CPUs.
 	ServerCPUs int
@@ -94,6 +103,8 @@ var settings = []setting{
 	{name: "queue-depth", usage: "most invocations of one function that wait for a free instance; more get 503"},
 	{name: "max-request-bytes", usage: "largest invocation request body; larger gets 413"},
 	{name: "invocation-retention", usage: "how long invocation records are kept (0: forever)"},
+	{name: "journal-sync", usage: "how often the invocation journal is fsynced; a power loss loses at most this much of the newest invocation records (0: fsync before every answer, slower)"},
+	{name: "journal-max-bytes", usage: "largest size of the invocation journal, which holds the records the database has not taken yet; beyond it /fn answers 503"},
 	{name: "server-cpus", usage: "CPUs the server's own code runs on at once (0: GOMAXPROCS when set, else half of the CPUs, leaving the rest to the instances)"},
 }
 
@@ -102,7 +113,8 @@ var settings = []setting{
 func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	lim := safezip.DefaultLimits()
 	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
-		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour}
+		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
+		JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
 		"listen": &cfg.Listen, "data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
@@ -113,6 +125,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"build-max-extracted-bytes": &cfg.BuildLimits.MaxExtractedBytes, "build-max-entries": &cfg.BuildLimits.MaxEntries,
 		"idle-timeout": &cfg.IdleTimeout, "prestart": &cfg.Prestart, "queue-depth": &cfg.QueueDepth,
 		"max-request-bytes": &cfg.MaxRequestBytes, "invocation-retention": &cfg.InvocationRetention,
+		"journal-sync": &cfg.JournalSync, "journal-max-bytes": &cfg.JournalMaxBytes,
 		"server-cpus": &cfg.ServerCPUs,
 	}
 	for _, s := range settings {
@@ -282,6 +295,12 @@ func (c *Config) validate() error {
 	}
 	if c.InvocationRetention < 0 {
 		bad("invocation-retention", "must not be negative")
+	}
+	if c.JournalSync < 0 {
+		bad("journal-sync", "must not be negative")
+	}
+	if c.JournalMaxBytes < 1<<20 {
+		bad("journal-max-bytes", "must be at least 1MiB")
 	}
 	if c.ServerCPUs < 0 {
 		bad("server-cpus", "must not be negative")

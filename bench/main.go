@@ -366,7 +366,7 @@ func bareStarts(rc runtimeCase, n int) ([]time.Duration, error) {
 }
 
 func ledgerRate() (string, error) {
-	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "BenchmarkRecord", "-benchtime", "3s", "./modules/invoke/ledger/").CombinedOutput()
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkRecord$/sqlite", "-benchtime", "3s", "./modules/invoke/ledger/").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("ledger benchmark: %w\n%s", err, out)
 	}

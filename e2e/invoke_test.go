@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sless.kube5s.ru/sless/internal/testenv"
 )
 
 // pythonProbe is a function whose behaviour the event selects.
@@ -290,6 +292,12 @@ func TestLedgerSurvivesShutdownUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	// The load starts with a cold start, which a busy machine makes slow.
+	testenv.Eventually(t, time.Minute, "a first answer", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(answered) > 0
+	})
 	time.Sleep(time.Second)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done

@@ -72,15 +72,20 @@ type Query struct {
 
 // Ledger records invocations. Implementations are safe for concurrent use.
 type Ledger interface {
-	// Record queues r to be written. It does not wait for the database: writes
-	// are batched off the request path. It blocks only when the write queue
-	// is full, so that no record is dropped; records queued before the
-	// ledger stops are written before Stop returns.
+	// Record keeps r durably and returns without waiting for the database:
+	// once it returns, r survives a crash of the server, and it is written
+	// to the database in batches off the request path. It never blocks on
+	// the database.
 	Record(r *Record)
+	// Accepting reports, from memory, whether Record can keep records
+	// durably now; its error says why not in terms a client can read. The
+	// proxy refuses invocations while it fails.
+	Accepting() error
 	// List returns a page of records without logs, newest first, and the
 	// cursor of the next page ("" at the end).
 	List(ctx context.Context, namespace string, q Query) ([]*Record, string, error)
-	// Get returns one record with its logs, or ErrNotFound.
+	// Get returns one record with its logs, or ErrNotFound. A record
+	// recorded before Get is called is found.
 	Get(ctx context.Context, namespace, id string) (*Record, error)
 }
 

@@ -8,6 +8,8 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
+
+	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 )
 
 const (
@@ -17,12 +19,19 @@ const (
 	postgresRowsPerInsert = 1000
 	// Failed batches are retried after retryMin, doubling up to retryMax:
 	// often enough to catch a restarted database soon, rarely enough not to
-	// flood the log while it is down.
+	// load one that is struggling.
 	retryMin = 100 * time.Millisecond
-	retryMax = 10 * time.Second
-	// writeNowTimeout bounds the synchronous write of a Record after Stop,
-	// which has no context of its own.
-	writeNowTimeout = 10 * time.Second
+	retryMax = 2 * time.Second
+	// logEvery is how often a writer that keeps failing says so, with how
+	// far behind it is.
+	logEvery = 10 * time.Second
+	// maxHeld bounds the records kept in memory while the journal cannot
+	// be written. New invocations are refused then, so only those in
+	// flight when the journal failed arrive here.
+	maxHeld = 10000
+	// probeInterval is how often the writer tries the journal again while
+	// it cannot be written.
+	probeInterval = time.Second
 )
 
 // startWriter starts the writer goroutine once.
@@ -30,70 +39,218 @@ func (l *Ledger) startWriter() {
 	l.writer.Do(func() {
 		l.writeCtx, l.abortWrites = context.WithCancelCause(context.Background())
 		go l.writeLoop(l.writeCtx)
+		go l.probeLoop(l.writeCtx)
 	})
 }
 
-// writeLoop writes batches from the queue until it is closed. Once ctx is
-// cancelled (Stop ran out of time) it drops what it takes from the queue,
-// which still unblocks the senders waiting on it.
+// probeLoop retries the records the journal refused, apart from the writer:
+// the writer may be stuck on a database that is down.
+func (l *Ledger) probeLoop(ctx context.Context) {
+	t := time.NewTicker(probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			l.retryHeld(ctx)
+		case <-l.writerDone:
+			l.retryHeld(ctx)
+			return
+		}
+	}
+}
+
+// writeLoop writes the journal's records to the database in batches, from
+// where the last process left off, until Stop: then it writes what the
+// journal holds and ends, or ends when ctx is cancelled (Stop ran out of
+// time), leaving the rest in the journal.
 func (l *Ledger) writeLoop(ctx context.Context) {
 	defer close(l.writerDone)
 	batch := make([]row, 0, l.opts.BatchSize)
-	for open := true; open; {
-		first, ok := <-l.queue
-		if !ok {
-			break
+	pos := l.j.Start()
+	stopping := false
+	for ctx.Err() == nil {
+		next, err := l.j.Read(pos, l.opts.BatchSize, func(payload []byte) {
+			if len(payload) == 0 {
+				return // a probe of a journal that could not be written
+			}
+			r, err := decodeRow(payload)
+			if err != nil {
+				l.log.Error("skipping an invocation record of the journal that cannot be decoded", "error", err)
+				return
+			}
+			batch = append(batch, r)
+		})
+		if err != nil {
+			l.writeFailed(err, len(batch))
+			clear(batch)
+			batch = batch[:0]
+			l.pause(ctx, retryMax)
+			continue
 		}
-		batch, open = l.collect(append(batch, first))
-		l.writeBatch(ctx, batch)
+		if len(batch) > 0 && !l.writeBatch(ctx, batch) {
+			return
+		}
 		// Clearing drops the references to the written rows' logs.
 		clear(batch)
+		full := len(batch) == l.opts.BatchSize
 		batch = batch[:0]
-	}
-	if l.dropped > 0 {
-		l.log.Error("dropped invocation records: the ledger stopped before the database accepted them", "records", l.dropped)
+		if next != pos {
+			pos = next
+			l.advance(pos)
+		}
+		if full {
+			continue
+		}
+		if stopping {
+			if !pos.Less(l.j.End()) {
+				return
+			}
+			continue
+		}
+		select {
+		case <-l.j.Notify():
+			// Let a batch fill before writing it.
+			l.pause(ctx, l.opts.FlushInterval)
+		case <-l.stopping:
+			stopping = true
+		case <-ctx.Done():
+		}
 	}
 }
 
-// collect adds to batch what arrives within FlushInterval, up to BatchSize
-// records. It reports false once the queue is closed.
-func (l *Ledger) collect(batch []row) ([]row, bool) {
-	timer := time.NewTimer(l.opts.FlushInterval)
-	defer timer.Stop()
-	for len(batch) < l.opts.BatchSize {
-		select {
-		case r, ok := <-l.queue:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, r)
-		case <-timer.C:
-			return batch, true
-		}
+// pause waits for d or until ctx ends.
+func (l *Ledger) pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
-	return batch, true
+}
+
+// advance records that everything before pos is in the database: the
+// journal may drop it.
+func (l *Ledger) advance(pos journal.Pos) {
+	if err := l.j.Commit(pos); err != nil {
+		l.log.Error("releasing written invocation records from the journal failed; retrying after the next batch", "error", err)
+	}
+	l.progressMu.Lock()
+	l.written = pos
+	close(l.progress)
+	l.progress = make(chan struct{})
+	l.progressMu.Unlock()
 }
 
 // writeBatch inserts batch, retrying with backoff until it succeeds or ctx
-// is cancelled; then the batch is counted as dropped.
-func (l *Ledger) writeBatch(ctx context.Context, batch []row) {
+// is cancelled, when it reports false.
+func (l *Ledger) writeBatch(ctx context.Context, batch []row) bool {
 	delay := retryMin
-	for attempt := 1; ctx.Err() == nil; attempt++ {
+	for {
 		err := l.insert(ctx, batch)
 		if err == nil {
-			return
+			l.writeSucceeded()
+			return true
 		}
 		if ctx.Err() != nil {
-			break
+			return false
 		}
-		l.log.Error("writing invocation records failed; retrying", "records", len(batch), "attempt", attempt, "retry_in", delay, "error", err)
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-		}
+		l.writeFailed(err, len(batch))
+		l.pause(ctx, delay)
 		delay = min(2*delay, retryMax)
 	}
-	l.dropped += len(batch)
+}
+
+func (l *Ledger) writeSucceeded() {
+	l.progressMu.Lock()
+	since := l.failingSince
+	l.failingSince, l.lastErr = time.Time{}, nil
+	l.progressMu.Unlock()
+	if !since.IsZero() {
+		l.log.Info("writing invocation records works again", "failed_for", time.Since(since).Round(time.Millisecond))
+	}
+}
+
+// writeFailed notes a failed write, and logs it the first time and every
+// logEvery after, with how far behind the ledger is.
+func (l *Ledger) writeFailed(err error, records int) {
+	now := time.Now()
+	l.progressMu.Lock()
+	first := l.failingSince.IsZero()
+	if first {
+		l.failingSince = now
+	}
+	since, written := l.failingSince, l.written
+	logNow := first || l.lastErr == nil || now.Sub(l.lastLog) >= logEvery
+	l.lastErr = err
+	if logNow {
+		l.lastLog = now
+	}
+	l.progressMu.Unlock()
+	if logNow {
+		l.log.Error("writing invocation records to the database failed; they wait in the journal, retrying",
+			"records", records, "behind_bytes", l.j.Behind(written), "failing_for", now.Sub(since).Round(time.Millisecond), "error", err)
+	}
+}
+
+// hold keeps r in memory after the journal refused it with err.
+func (l *Ledger) hold(r row, err error) {
+	l.mu.Lock()
+	first := l.heldErr == nil
+	l.heldErr = err
+	kept := len(l.held) < maxHeld
+	if kept {
+		l.held = append(l.held, r)
+	} else {
+		l.lost++
+	}
+	l.mu.Unlock()
+	if first {
+		l.log.Error("the invocation journal cannot be written; /fn refuses new invocations until it can, and keeps those in flight in memory", "error", err)
+	}
+	if !kept {
+		l.log.Error("an invocation record is lost: the journal cannot be written and memory holds its limit", "id", r.ID,
+			"namespace", r.Namespace, "function", r.Function, "status_code", r.StatusCode, "limit", maxHeld)
+	}
+	l.metrics.refusedByJournal()
+}
+
+// retryHeld tries to put the held records into the journal, else straight
+// into the database; with none held, it probes the journal with an empty
+// frame. Accepting succeeds again once the journal takes a write.
+func (l *Ledger) retryHeld(ctx context.Context) {
+	l.mu.Lock()
+	held, failing := l.held, l.heldErr != nil
+	l.held = nil
+	l.mu.Unlock()
+	if !failing {
+		return
+	}
+	var buf []byte
+	var left []row
+	journalOK := true
+	for i := range held {
+		buf = appendRow(buf[:0], &held[i])
+		if err := l.j.Append(buf); err != nil {
+			journalOK = false
+			left = append(left, held[i])
+		}
+	}
+	if len(held) == 0 {
+		journalOK = l.j.Append(nil) == nil
+	}
+	if len(left) > 0 && l.insert(ctx, left) == nil {
+		left = nil
+	}
+	l.mu.Lock()
+	l.held = append(left, l.held...)
+	if journalOK && len(l.held) == 0 {
+		l.heldErr = nil
+	}
+	recovered := l.heldErr == nil
+	l.mu.Unlock()
+	if recovered {
+		l.log.Info("the invocation journal can be written again; /fn accepts invocations")
+	}
 }
 
 // insert writes rows in one transaction. A row already stored is skipped:
@@ -155,13 +312,4 @@ func (l *Ledger) insertPrepared(ctx context.Context, rows []row) error {
 		return fmt.Errorf("committing %d invocation records: %w", len(rows), err)
 	}
 	return nil
-}
-
-// writeNow writes r at once, for a Record after Stop.
-func (l *Ledger) writeNow(r row) {
-	ctx, cancel := context.WithTimeout(context.Background(), writeNowTimeout)
-	defer cancel()
-	if err := l.insert(ctx, []row{r}); err != nil {
-		l.log.Error("writing an invocation record after the ledger stopped failed; the record is lost", "id", r.ID, "namespace", r.Namespace, "function", r.Function, "error", err)
-	}
 }

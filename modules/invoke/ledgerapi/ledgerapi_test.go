@@ -19,6 +19,7 @@ import (
 	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/invoke/ledger"
+	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 	"sless.kube5s.ru/sless/modules/invoke/ledgerapi"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
@@ -43,7 +44,10 @@ func newFixture(t *testing.T) *fixture {
 	if err := sqldb.Migrate(t.Context(), db, ledger.Migrations()); err != nil {
 		t.Fatal(err)
 	}
-	l := ledger.New(db, ledger.Options{Log: log})
+	l, err := ledger.New(db, ledger.Options{Log: log, Journal: journal.Options{Dir: t.TempDir(), SyncInterval: journal.DefaultSyncInterval}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := &fixture{}
 	for i := range 120 {
 		r := record("ns", []string{"a", "b"}[i%2])

@@ -44,6 +44,7 @@ type Proxy struct {
 	ledger   invoke.Ledger
 	exposure invoke.Exposure
 	log      *slog.Logger
+	refusals *refusals
 }
 
 var _ invoke.Invoker = (*Proxy)(nil)
@@ -58,7 +59,8 @@ func New(cfg Config, executor runtime.Executor, store functions.Store, ledger in
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = 6 << 20
 	}
-	return &Proxy{cfg: cfg, executor: executor, store: store, ledger: ledger, exposure: exposure, log: log}
+	return &Proxy{cfg: cfg, executor: executor, store: store, ledger: ledger, exposure: exposure, log: log,
+		refusals: newRefusals(ledger, time.Second)}
 }
 
 // Register implements httpx.Routes.
@@ -167,6 +169,12 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	}
 	rec := &invoke.Record{ID: id, Namespace: c.ns, Function: c.name, TriggerKind: c.kind, TriggerName: c.trigName,
 		Method: c.r.Method, Path: c.path, StartedAt: start.UTC()}
+	if err := p.ledger.Accepting(); err != nil {
+		// Nothing runs that could not be recorded; nothing is recorded.
+		c.w.Header().Set("Retry-After", "1")
+		writeError(c.w, http.StatusServiceUnavailable, err.Error()+"; retry later")
+		return &invoke.Record{StatusCode: http.StatusServiceUnavailable, Error: err.Error()}
+	}
 	c.w.Header().Set("X-Sless-Invocation-Id", rec.ID)
 	p.run(ctx, c, rec, start)
 	rec.DurationMS = ms(time.Since(start))
@@ -176,8 +184,8 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	return rec
 }
 
-// run fills rec; a StatusCode of 0 means there was nothing to record (an
-// unknown function).
+// run fills rec; a StatusCode of 0 means there is nothing to record: an
+// unknown function, or a refusal at capacity that a summary record counts.
 func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time.Time) {
 	if c.r.ContentLength > p.cfg.MaxRequestBytes {
 		p.fail(c, rec, http.StatusRequestEntityTooLarge, p.tooLarge())
@@ -246,7 +254,19 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		p.fail(c, rec, http.StatusServiceUnavailable, msg)
 	case errors.Is(err, runtime.ErrOverloaded):
 		c.w.Header().Set("Retry-After", "1")
-		p.fail(c, rec, http.StatusServiceUnavailable, fmt.Sprintf("function %q is at capacity (max_instances and concurrency reached, and the wait queue is full or nothing freed up in time); retry later", c.name))
+		msg := fmt.Sprintf("function %q is at capacity (max_instances and concurrency reached, and the wait queue is full or nothing freed up in time); retry later", c.name)
+		if c.kind != invoke.KindHTTP {
+			// A trigger's or job's refusal is one of few, and its caller
+			// keeps the invocation id.
+			p.fail(c, rec, http.StatusServiceUnavailable, msg)
+			return
+		}
+		// Refusing must cost a fraction of serving, or an overload starves
+		// the invocations that got capacity: a refusal on /fn is counted
+		// into its function's summary record, not recorded on its own.
+		c.w.Header().Del("X-Sless-Invocation-Id")
+		writeError(c.w, http.StatusServiceUnavailable, msg)
+		p.refusals.add(c.ns, c.name)
 	case errors.Is(err, runtime.ErrStart):
 		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+strings.TrimPrefix(err.Error(), runtime.ErrStart.Error()+": "))
 	case ctx.Err() != nil:

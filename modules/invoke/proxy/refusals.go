@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"sless.kube5s.ru/sless/modules/invoke"
+)
+
+// refusals counts the /fn invocations refused at capacity and records one
+// summary record per function and window instead of one record each: a
+// refusal then costs no database row, and an overload leaves the capacity
+// to the invocations that got it. The summary record has status 503, no
+// method or path, the window as its start and duration, and the count in
+// its error. Refused responses carry no invocation id.
+type refusals struct {
+	ledger invoke.Ledger
+	window time.Duration
+
+	mu   sync.Mutex
+	open map[fnKey]*refusalWindow
+}
+
+type fnKey struct{ ns, name string }
+
+// refusalWindow counts one function's refusals from start; the ledger gets
+// its record when the window closes.
+type refusalWindow struct {
+	start time.Time
+	count int
+}
+
+func newRefusals(ledger invoke.Ledger, window time.Duration) *refusals {
+	return &refusals{ledger: ledger, window: window, open: map[fnKey]*refusalWindow{}}
+}
+
+// add counts one refusal of the function, opening its window when none is.
+func (r *refusals) add(ns, name string) {
+	k := fnKey{ns, name}
+	r.mu.Lock()
+	w, ok := r.open[k]
+	if !ok {
+		w = &refusalWindow{start: time.Now()}
+		r.open[k] = w
+		time.AfterFunc(r.window, func() { r.close(k) })
+	}
+	w.count++
+	r.mu.Unlock()
+}
+
+// close records the summary of k's window and forgets it.
+func (r *refusals) close(k fnKey) {
+	r.mu.Lock()
+	w := r.open[k]
+	delete(r.open, k)
+	r.mu.Unlock()
+	end := time.Now()
+	r.ledger.Record(&invoke.Record{
+		ID: uuid.Must(uuid.NewV7()).String(), Namespace: k.ns, Function: k.name, TriggerKind: invoke.KindHTTP,
+		StartedAt: w.start.UTC(), DurationMS: ms(end.Sub(w.start)), StatusCode: http.StatusServiceUnavailable,
+		Error: fmt.Sprintf("%d invocations on /fn refused at capacity between %s and %s (one record counts them all)",
+			w.count, w.start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano)),
+	})
+}
