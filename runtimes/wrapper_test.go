@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,6 +102,7 @@ const pythonApp = `
 import asyncio
 import base64
 import inspect
+import json
 import logging
 import os
 import sys
@@ -173,6 +175,20 @@ def exit_process(event, ctx):
     os._exit(1)
 
 
+async def stray(event, ctx):
+    i = ctx.query["id"]
+
+    def thread_fails():
+        raise RuntimeError(f"stray thread {i}")
+
+    def callback_fails():
+        raise RuntimeError(f"stray callback {i}")
+
+    threading.Thread(target=thread_fails).start()
+    asyncio.get_running_loop().call_later(0.01, callback_fails)
+    return {"ok": True}
+
+
 async def sleep_async(event, ctx):
     await asyncio.sleep(0.01)
     return {"async": True}
@@ -194,6 +210,7 @@ ROUTES = {
     "no-content": lambda event, ctx: {"statusCode": 204, "body": "ignored"},
     "unserializable": lambda event, ctx: {"value": object()},
     "bad-status": lambda event, ctx: {"statusCode": 99},
+    "status": lambda event, ctx: {"statusCode": json.loads(ctx.query["v"]), "body": "given"},
     "bad-header": lambda event, ctx: {"statusCode": 200, "headers": {"X-Bad": "a\r\nInjected: 1"}},
     "bad-base64": lambda event, ctx: {"statusCode": 200, "isBase64Encoded": True, "body": "not base64!"},
     "reserved": lambda event, ctx: {"statusCode": 200, "body": "ok", "headers": {
@@ -211,6 +228,7 @@ ROUTES = {
     "logging": via_logging,
     "big-log": big_log,
     "exit": exit_process,
+    "stray": stray,
 }
 
 
@@ -249,6 +267,7 @@ const routes = {
   'no-content': () => ({ statusCode: 204, body: 'ignored' }),
   unserializable: () => ({ value: 10n }),
   'bad-status': () => ({ statusCode: 99 }),
+  status: (event, ctx) => ({ statusCode: JSON.parse(ctx.query.v), body: 'given' }),
   'bad-header': () => ({ statusCode: 200, headers: { 'X-Bad': 'a\r\nInjected: 1' } }),
   'bad-base64': () => ({ statusCode: 200, isBase64Encoded: true, body: 'not base64!' }),
   reserved: () => ({
@@ -284,6 +303,12 @@ const routes = {
   },
   'big-log': () => { console.log('x'.repeat(100000)); },
   exit: () => process.exit(1),
+  stray: (event, ctx) => {
+    const id = ctx.query.id;
+    setTimeout(() => { throw new Error('stray timer ' + id); }, 10);
+    Promise.reject(new Error('stray rejection ' + id));
+    return { ok: true };
+  },
 };
 
 exports.handle = (event, ctx) => routes[ctx.path.split('/')[1]](event, ctx);
@@ -339,6 +364,8 @@ var conformanceCases = []conformanceCase{
 	{name: "exception is 500 with traceback in logs", run: testException},
 	{name: "unserializable value is an error", run: testUnserializable},
 	{name: "invalid response objects are errors", run: testInvalidResponses},
+	{name: "a statusCode that is not an integer in range is an error", run: testInvalidStatusCode},
+	{name: "errors outside an invocation are logged and fail nothing", run: testStrayErrors},
 	{name: "reserved response headers are dropped", run: testReservedHeaders},
 	{name: "async handler", run: testAsyncHandler},
 	{name: "event decoding", run: testEventDecoding},
@@ -508,6 +535,53 @@ func testInvalidResponses(t *testing.T, s *suite) {
 		if res.header.Get("Injected") != "" {
 			t.Errorf("GET %s: a handler's header value injected a header line", route)
 		}
+	}
+}
+
+func testInvalidStatusCode(t *testing.T, s *suite) {
+	res := s.app.get(t, "/status?v=201")
+	wantStatus(t, res, http.StatusCreated)
+	wantBody(t, res, "given")
+	// Both wrappers give the same message; the type follows the language.
+	outOfRange := map[string]string{python: "ValueError", node: "RangeError"}[s.rt.name]
+	for _, tc := range []struct{ value, typ string }{
+		{`"404"`, "TypeError"},
+		{`201.5`, "TypeError"},
+		{`true`, "TypeError"},
+		{`null`, "TypeError"},
+		{`{"code":200}`, "TypeError"},
+		{`999`, outOfRange},
+		{`99`, outOfRange},
+	} {
+		res := s.app.get(t, "/status?v="+url.QueryEscape(tc.value))
+		wantStatus(t, res, http.StatusInternalServerError)
+		wantJSON(t, res, map[string]any{"error": "statusCode must be an integer within 200-599, got " + tc.value, "type": tc.typ})
+	}
+}
+
+func testStrayErrors(t *testing.T, s *suite) {
+	in := s.startSpecialized(t, specializeRequest{})
+	res := in.get(t, "/stray?id=S1")
+	wantStatus(t, res, http.StatusOK)
+	wantJSON(t, res, map[string]any{"ok": true})
+	want := map[string][]string{
+		python: {"stray thread S1", "stray callback S1"},
+		node:   {"stray timer S1", "stray rejection S1"},
+	}[s.rt.name]
+	eventually(t, "the stray errors on the instance's stderr", func() bool {
+		for _, w := range want {
+			if !strings.Contains(in.stderr.String(), w) {
+				return false
+			}
+		}
+		return true
+	}, func() string { return "stderr: " + in.stderr.String() })
+	// The process lives on and serves the next invocation.
+	wantStatus(t, in.get(t, "/plain"), http.StatusOK)
+	select {
+	case <-in.exited:
+		t.Fatalf("the process exited (%v) after errors outside an invocation", in.state)
+	default:
 	}
 }
 
@@ -737,38 +811,46 @@ func testSpecializeErrors(t *testing.T, s *suite) {
 			"raising.py":  "print('importing raising')\nraise RuntimeError('import failed')\n",
 			"importer.py": "import not_a_real_dependency\n",
 			"json.py":     "def handle(event, ctx):\n    return 1\n",
+			"opener.py":   "import os\nopen(os.path.join(os.path.dirname(__file__), 'missing.txt'))\n",
 		},
 		node: {
 			"handler.js":  "exports.NOT_CALLABLE = 42;\nexports.handle = () => 1;\n",
 			"broken.js":   "exports.handle = (event, ctx => 1;\n",
 			"raising.js":  "console.log('importing raising');\nthrow new RangeError('import failed');\n",
 			"importer.js": "require('not-a-real-dependency');\n",
+			"opener.js":   "require('fs').readFileSync(require('path').join(__dirname, 'missing.txt'));\n",
 		},
 	}[s.rt.name]
-	type want struct{ typ, errContains string }
+	type want struct{ typ, errContains, file string }
 	tests := []struct {
 		name    string
 		handler string
 		want    map[string]want // by runtime; a runtime without an entry skips the case
 	}{
 		{"missing module", "nope.handle", map[string]want{
-			python: {"ModuleNotFoundError", "nope"}, node: {"MODULE_NOT_FOUND", "nope"}}},
+			python: {"ModuleNotFoundError", "nope", ""}, node: {"MODULE_NOT_FOUND", "nope", ""}}},
 		{"syntax error", "broken.handle", map[string]want{
-			python: {"SyntaxError", ""}, node: {"SyntaxError", ""}}},
+			python: {"SyntaxError", "broken.py", "broken.py"}, node: {"SyntaxError", "", "broken.js"}}},
 		{"exception at import", "raising.handle", map[string]want{
-			python: {"RuntimeError", "import failed"}, node: {"RangeError", "import failed"}}},
+			python: {"RuntimeError", "import failed", "raising.py"}, node: {"RangeError", "import failed", "raising.js"}}},
+		{"exception naming a file at import", "opener.handle", map[string]want{
+			python: {"FileNotFoundError", "missing.txt", "opener.py"}, node: {"ENOENT", "missing.txt", "opener.js"}}},
 		{"missing dependency", "importer.handle", map[string]want{
-			python: {"ModuleNotFoundError", "not_a_real_dependency"}, node: {"MODULE_NOT_FOUND", "not-a-real-dependency"}}},
+			python: {"ModuleNotFoundError", "not_a_real_dependency", "importer.py"}, node: {"MODULE_NOT_FOUND", "not-a-real-dependency", "importer.js"}}},
 		{"missing function", "handler.missing", map[string]want{
-			python: {"AttributeError", "missing"}, node: {"TypeError", "missing"}}},
+			python: {"AttributeError", "missing", ""}, node: {"TypeError", "missing", ""}}},
 		{"not callable", "handler.NOT_CALLABLE", map[string]want{
-			python: {"TypeError", "not callable"}, node: {"TypeError", "not a function"}}},
+			python: {"TypeError", "not callable", ""}, node: {"TypeError", "not a function", ""}}},
 		{"path escapes the code dir", "../handler.handle", map[string]want{
-			python: {"ValueError", "../handler.handle"}, node: {"ERR_INVALID_HANDLER", "../handler.handle"}}},
+			python: {"ValueError", "../handler.handle", ""}, node: {"ERR_INVALID_HANDLER", "../handler.handle", ""}}},
 		{"name of a module the runtime imported", "json.handle", map[string]want{
-			python: {"ImportError", "clashes"}}},
+			python: {"ImportError", "clashes", ""}}},
 	}
 	codeDir := writeFiles(t, files)
+	realCodeDir, err := filepath.EvalSymlinks(codeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range tests {
 		w, ok := tc.want[s.rt.name]
 		if !ok {
@@ -782,8 +864,18 @@ func testSpecializeErrors(t *testing.T, s *suite) {
 			if got["type"] != w.typ || !strings.Contains(fmt.Sprint(got["error"]), w.errContains) {
 				t.Errorf("specialize %s = %v, want type %q and error containing %q", tc.handler, got, w.typ, w.errContains)
 			}
-			if logs, _ := got["logs"].(string); logs == "" || !strings.Contains(logs, w.errContains) {
+			logs, _ := got["logs"].(string)
+			if logs == "" || !strings.Contains(logs, w.errContains) {
 				t.Errorf("specialize %s logs = %q, want a traceback mentioning %q", tc.handler, logs, w.errContains)
+			}
+			// The answer reaches the function's callers: the platform's paths stay out of it.
+			for _, dir := range []string{codeDir, realCodeDir, s.script} {
+				if msg := fmt.Sprint(got["error"]); strings.Contains(msg, dir) || strings.Contains(logs, dir) {
+					t.Errorf("specialize %s = %q, logs %q; want no mention of %s", tc.handler, msg, logs, dir)
+				}
+			}
+			if w.file != "" && !strings.Contains(logs, w.file) {
+				t.Errorf("specialize %s logs = %q, want them to name %s", tc.handler, logs, w.file)
 			}
 			// A failed specialize leaves the process unusable: the platform stops it.
 			wantStatus(t, in.get(t, "/plain"), http.StatusServiceUnavailable)

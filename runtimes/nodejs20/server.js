@@ -208,15 +208,30 @@ function trimStack(stack) {
  * sends a string body in one write with the head, a Buffer in a second (writev) chunk.
  */
 function render(result) {
-  if (result !== null && typeof result === 'object' && Number.isInteger(result.statusCode)) {
+  if (result !== null && typeof result === 'object' && result.statusCode !== undefined) {
     return renderResponse(result);
   }
   return { status: 200, headers: { 'Content-Type': JSON_TYPE }, body: toJSON(result) };
 }
 
+/** A value as a message shows it: as JSON, like the Python wrapper, when it can be. */
+function describeValue(value) {
+  try {
+    const text = JSON.stringify(value);
+    if (text !== undefined) return text;
+  } catch {
+    // a BigInt or a cycle: shown as text
+  }
+  return String(value);
+}
+
 function renderResponse(result) {
   const status = result.statusCode;
-  if (status < 200 || status > 599) throw new RangeError(`statusCode ${status} is outside 200-599`);
+  const isInt = Number.isInteger(status);
+  if (!isInt || status < 200 || status > 599) {
+    const message = `statusCode must be an integer within 200-599, got ${describeValue(status)}`;
+    throw isInt ? new RangeError(message) : new TypeError(message);
+  }
   let body = result.body;
   let contentType;
   if (body === undefined || body === null) {
@@ -376,6 +391,26 @@ function enterCodeDir(codeDir, env) {
   output.echo = ['1', 'true'].includes((process.env.SLESS_ECHO_LOGS || '').toLowerCase());
 }
 
+/**
+ * Writes the paths (and file: URLs) under codeDir in text relative to it, and drops the lines
+ * that name the wrapper (the last entry of a require stack).
+ */
+function relativePaths(text, codeDir) {
+  text = text.split('\n').filter((line) => !line.includes(__filename)).join('\n');
+  let real = codeDir;
+  try {
+    real = fs.realpathSync(codeDir);
+  } catch {
+    // a code dir that does not exist has no other spelling
+  }
+  for (const dir of new Set([codeDir, real].map((d) => d.replace(/\/+$/, '')))) {
+    for (const prefix of [pathToFileURL(dir).href, dir]) {
+      text = text.split(`${prefix}/`).join('').split(prefix).join('.');
+    }
+  }
+  return text;
+}
+
 function codedError(message, code) {
   const err = new Error(message);
   err.code = code;
@@ -397,7 +432,8 @@ async function loadHandler(codeDir, spec) {
   const base = path.join(codeDir, modulePath);
   const file = MODULE_EXTENSIONS.map((ext) => base + ext).find((f) => fs.existsSync(f));
   if (file === undefined) {
-    throw codedError(`cannot find module "${modulePath}" (${MODULE_EXTENSIONS.join(', ')}) in ${codeDir}`, 'MODULE_NOT_FOUND');
+    const names = MODULE_EXTENSIONS.map((ext) => modulePath + ext);
+    throw codedError(`cannot find module "${modulePath}" (${names.join(', ')})`, 'MODULE_NOT_FOUND');
   }
   const mod = await loadModule(file);
   let handler = mod[exportName];
@@ -489,8 +525,11 @@ class App {
       const loadMs = await this.specialize(config, true);
       sendJSON(res, 200, { load_ms: loadMs });
     } catch (err) {
+      // The answer reaches the function's callers: it names the function's own files relative
+      // to the code dir, never where the platform keeps them.
       const { type, message, stack } = describeError(err);
-      sendJSON(res, 500, { error: message, type, logs: stack });
+      const relative = (text) => relativePaths(text, config.codeDir);
+      sendJSON(res, 500, { error: relative(message), type, logs: relative(stack) });
     }
   }
 
@@ -602,10 +641,28 @@ function listen(app, address, readyFd) {
   process.on('SIGINT', stop);
 }
 
+/**
+ * Logs an error that no invocation can take (thrown from a timer or callback, a rejection nobody
+ * handled): to the log of the invocation whose context it came from while that is still open,
+ * else to the process's stderr. The process keeps serving: by default Node.js would exit and fail
+ * every invocation in flight, and the next one, for an error that concerned none of them.
+ */
+function logStrayError(what, err) {
+  const text = `${what}: ${describeError(err).stack}`;
+  const log = currentLog.getStore();
+  if (log !== undefined && log.open) {
+    log.write(text);
+    if (!output.echo) return;
+  }
+  realStderrWrite(text);
+}
+
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   captureStream(process.stdout);
   captureStream(process.stderr);
+  process.on('uncaughtException', (err) => logStrayError('uncaught exception', err));
+  process.on('unhandledRejection', (reason) => logStrayError('unhandled promise rejection', reason));
   const app = new App();
   if (args.codeDir !== undefined) {
     try {

@@ -271,16 +271,25 @@ def _decode_event(body):
 
 def _render(result):
     """Turns a handler's return value into (status, header bytes, body bytes)."""
-    if isinstance(result, dict):
-        status = result.get("statusCode")
-        if isinstance(status, int) and not isinstance(status, bool):
-            return _render_response(status, result)
+    if isinstance(result, dict) and "statusCode" in result:
+        return _render_response(result)
     return _json_response(200, result)
 
 
-def _render_response(status, result):
-    if not 200 <= status <= 599:
-        raise ValueError(f"statusCode {status} is outside 200-599")
+def _describe_value(value):
+    """A value as a message shows it: as JSON, like the Node.js wrapper, when it can be."""
+    try:
+        return _encode_json(value)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+def _render_response(result):
+    status = result["statusCode"]
+    is_int = isinstance(status, int) and not isinstance(status, bool)
+    if not is_int or not 200 <= status <= 599:
+        message = f"statusCode must be an integer within 200-599, got {_describe_value(status)}"
+        raise ValueError(message) if is_int else TypeError(message)
     body = result.get("body")
     if body is None:
         body, content_type = b"", None
@@ -536,12 +545,20 @@ def _load_handler(code_dir, spec):
     # (json, http, ...) would resolve to that module instead of the user's file.
     if parts[0] in sys.modules:
         raise ImportError(f"the module name {parts[0]!r} clashes with a module the runtime has "
-                          f"already imported; rename {parts[0]!r} in {code_dir}")
+                          f"already imported; rename {parts[0]!r}")
     module = importlib.import_module(".".join(parts))
     fn = getattr(module, attr)
     if not callable(fn):
         raise TypeError(f"{spec} is not callable (it is a {type(fn).__name__})")
     return fn
+
+
+def _relative(text, code_dir):
+    """Writes the paths under code_dir in text relative to it."""
+    for directory in dict.fromkeys((code_dir, os.path.realpath(code_dir))):
+        directory = directory.rstrip(os.sep)
+        text = text.replace(directory + os.sep, "").replace(directory, ".")
+    return text
 
 
 def _enter_code_dir(code_dir, env):
@@ -858,8 +875,12 @@ class _App:
         try:
             load_ms = self.specialize(config, replace_env=True)
         except Exception as exc:
-            return _json_response(500, {"error": str(exc), "type": type(exc).__name__,
-                                        "logs": _format_exception(exc)})
+            # The answer reaches the function's callers: it names the function's own files
+            # relative to the code dir, never where the platform keeps them.
+            code_dir = config["code_dir"]
+            return _json_response(500, {"error": _relative(str(exc), code_dir),
+                                        "type": type(exc).__name__,
+                                        "logs": _relative(_format_exception(exc), code_dir)})
         return _json_response(200, {"load_ms": load_ms})
 
     def specialize(self, config, replace_env):

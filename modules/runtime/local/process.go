@@ -142,6 +142,10 @@ func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[st
 		if e.Type == "" {
 			msg = fmt.Sprintf("HTTP %d %s", status, bytes.TrimSpace(resp))
 		}
+		// The message goes to callers and the function's status; the
+		// traceback only to the server log.
+		pr.log.base().Warn("the handler could not be loaded", "namespace", t.Namespace, "function", t.Name,
+			"error", msg, "traceback", e.Logs)
 		return fmt.Errorf("%w: the handler %q could not be loaded: %s", runtime.ErrStart, t.Handler, msg)
 	}
 	pr.log.setLogger(pr.log.base().With("namespace", t.Namespace, "function", t.Name))
