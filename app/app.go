@@ -57,7 +57,7 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 				UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4,
 			},
 			runtimefx.Config{Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth}},
-			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes}, Retention: c.InvocationRetention,
+			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes, MaxResultBytes: c.MaxResultBytes}, Retention: c.InvocationRetention,
 				Journal: journal.Options{Dir: filepath.Join(c.DataDir, "journal"), SyncInterval: c.JournalSync, MaxBytes: c.JournalMaxBytes}},
 			triggersfx.Config{Workers: 4},
 		),

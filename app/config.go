@@ -60,6 +60,8 @@ type Config struct {
 	QueueDepth int
 	// MaxRequestBytes caps invocation request bodies; default 6 MiB.
 	MaxRequestBytes int64
+	// MaxResultBytes caps invocation response bodies; default 6 MiB.
+	MaxResultBytes int64
 	// InvocationRetention is how long invocations are kept; default 7 days.
 	InvocationRetention time.Duration
 	// JournalSync is how often the invocation journal is fsynced: a power
@@ -102,6 +104,7 @@ var settings = []setting{
 	{name: "prestart", usage: "interpreters kept started per runtime in use, so that cold starts skip the interpreter's start (0: off)"},
 	{name: "queue-depth", usage: "most invocations of one function that wait for a free instance; more get 503"},
 	{name: "max-request-bytes", usage: "largest invocation request body; larger gets 413"},
+	{name: "max-result-bytes", usage: "largest invocation response body; larger gets 502"},
 	{name: "invocation-retention", usage: "how long invocation records are kept (0: forever)"},
 	{name: "journal-sync", usage: "how often the invocation journal is fsynced; a power loss loses at most this much of the newest invocation records (0: fsync before every answer, slower)"},
 	{name: "journal-max-bytes", usage: "largest size of the invocation journal, which holds the records the database has not taken yet; beyond it /fn answers 503"},
@@ -113,7 +116,7 @@ var settings = []setting{
 func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	lim := safezip.DefaultLimits()
 	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
-		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
+		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
 		JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
@@ -124,7 +127,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"build-timeout": &cfg.BuildTimeout, "build-max-zip-bytes": &cfg.BuildLimits.MaxCompressedBytes,
 		"build-max-extracted-bytes": &cfg.BuildLimits.MaxExtractedBytes, "build-max-entries": &cfg.BuildLimits.MaxEntries,
 		"idle-timeout": &cfg.IdleTimeout, "prestart": &cfg.Prestart, "queue-depth": &cfg.QueueDepth,
-		"max-request-bytes": &cfg.MaxRequestBytes, "invocation-retention": &cfg.InvocationRetention,
+		"max-request-bytes": &cfg.MaxRequestBytes, "max-result-bytes": &cfg.MaxResultBytes, "invocation-retention": &cfg.InvocationRetention,
 		"journal-sync": &cfg.JournalSync, "journal-max-bytes": &cfg.JournalMaxBytes,
 		"server-cpus": &cfg.ServerCPUs,
 	}
@@ -292,6 +295,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxRequestBytes <= 0 {
 		bad("max-request-bytes", "must be positive")
+	}
+	if c.MaxResultBytes <= 0 {
+		bad("max-result-bytes", "must be positive")
 	}
 	if c.InvocationRetention < 0 {
 		bad("invocation-retention", "must not be negative")

@@ -78,9 +78,9 @@ type Lease interface {
 	// status, headers and body; the protocol's X-Sless-* response headers
 	// are consumed, not copied). It returns what the platform records. A
 	// failure before anything was written to w is returned as an error
-	// (ErrTimeout, ErrCrashed, or a failure reading inv.Request.Body, which
-	// an executor passes on wrapped); after that, Result.Err says what
-	// happened.
+	// (ErrTimeout, ErrCrashed, ErrResponseTooLarge, or a failure reading
+	// inv.Request.Body, which an executor passes on wrapped); after that,
+	// Result.Err says what happened.
 	// Cancelling ctx ends the invocation as its deadline does (the handler
 	// may still be running, so its instance is recycled).
 	Do(ctx context.Context, inv *Invocation, w http.ResponseWriter) (Result, error)
@@ -94,6 +94,9 @@ var (
 	ErrTimeout = errors.New("function timed out")
 	// ErrCrashed: the instance closed the connection or exited; it is replaced.
 	ErrCrashed = errors.New("function instance crashed")
+	// ErrResponseTooLarge: the response body exceeds the invocation's
+	// MaxResponseBytes; the instance is fine.
+	ErrResponseTooLarge = errors.New("the response body exceeds the limit")
 )
 
 // Invocation is one request to a function instance.
@@ -109,6 +112,11 @@ type Invocation struct {
 	Deadline time.Time
 	// Trigger is the JSON of the X-Sless-Trigger header.
 	Trigger []byte
+	// MaxResponseBytes, when positive, caps the response body: a longer
+	// declared body fails Do with ErrResponseTooLarge before anything is
+	// written, a longer undeclared one is cut at the limit with that error in
+	// Result.Err.
+	MaxResponseBytes int64
 	// BeforeWrite, when set, is called with the result so far (status,
 	// handler time, logs, error) after the instance's response headers were
 	// copied into the ResponseWriter and before its WriteHeader, so that the

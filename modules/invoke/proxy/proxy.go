@@ -32,8 +32,10 @@ import (
 type Config struct {
 	// MaxRequestBytes caps request bodies; default 6 MiB.
 	MaxRequestBytes int64
-	// MaxResultBytes caps the response bodies kept by Invoke; default 6 MiB.
-	MaxResultBytes int
+	// MaxResultBytes caps response bodies, on /fn and for Invoke alike;
+	// default 6 MiB. A longer declared body is answered with 502, a longer
+	// streamed one is cut and the client's connection aborted.
+	MaxResultBytes int64
 }
 
 // Proxy serves /fn and implements invoke.Invoker.
@@ -77,6 +79,12 @@ var (
 )
 
 func (p *Proxy) serveFn(c *gin.Context) {
+	if c.Request.Method == http.MethodConnect {
+		// A tunnel is not a function call, and the wrappers' HTTP servers do
+		// not answer it as one.
+		writeError(c.Writer, http.StatusMethodNotAllowed, "method CONNECT is not supported on /fn")
+		return
+	}
 	ns, name := c.Param("ns"), c.Param("name")
 	// The path below the function, as the client escaped it.
 	path := strings.TrimPrefix(c.Request.URL.EscapedPath(), "/fn/"+ns+"/"+name)
@@ -91,15 +99,26 @@ func (p *Proxy) serveFn(c *gin.Context) {
 		p.notExposed(c, ns, name)
 		return
 	}
-	p.serve(c.Request.Context(), &call{ns: ns, name: name, path: path, r: c.Request, w: c.Writer,
+	p.serveHTTP(c.Request.Context(), &call{ns: ns, name: name, path: path, r: c.Request, w: c.Writer,
 		kind: invoke.KindHTTP, trigger: httpTrigger})
 }
 
 func (p *Proxy) serveCLI(c *gin.Context) {
 	// The API token authorized the call; the function must not see it.
 	c.Request.Header.Del("Authorization")
-	p.serve(c.Request.Context(), &call{ns: c.Param("ns"), name: c.Param("name"), path: "/", r: c.Request, w: c.Writer,
+	p.serveHTTP(c.Request.Context(), &call{ns: c.Param("ns"), name: c.Param("name"), path: "/", r: c.Request, w: c.Writer,
 		kind: invoke.KindCLI, trigger: cliTrigger})
+}
+
+// serveHTTP runs an invocation for an HTTP client. A response that failed
+// after its head went out aborts the connection (net/http then sends no
+// terminating chunk), so that the client sees an error instead of a short
+// body that looks complete.
+func (p *Proxy) serveHTTP(ctx context.Context, c *call) {
+	p.serve(ctx, c)
+	if c.cut {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // notExposed answers /fn for a function without an enabled http trigger.
@@ -123,6 +142,8 @@ type call struct {
 	// cancellable: cancelling the context ends the invocation (Invoke);
 	// otherwise only the deadline does (/fn).
 	cancellable bool
+	// cut: the response failed after its head was written.
+	cut bool
 }
 
 // Invoke implements invoke.Invoker through the same path as /fn.
@@ -153,9 +174,15 @@ func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Respons
 	if err != nil {
 		return nil, fmt.Errorf("encoding the trigger metadata: %w", err)
 	}
-	out := &wire.ResponseBuffer{Max: p.cfg.MaxResultBytes}
-	rec := p.serve(ctx, &call{ns: req.Namespace, name: req.Function, path: r.URL.EscapedPath(), r: r, w: out,
-		kind: req.TriggerKind, trigName: req.TriggerName, trigger: trigJSON, id: req.InvocationID, cancellable: true})
+	out := &wire.ResponseBuffer{}
+	c := &call{ns: req.Namespace, name: req.Function, path: r.URL.EscapedPath(), r: r, w: out,
+		kind: req.TriggerKind, trigName: req.TriggerName, trigger: trigJSON, id: req.InvocationID, cancellable: true}
+	rec := p.serve(ctx, c)
+	if c.cut {
+		// What a client would see as an aborted connection.
+		out = &wire.ResponseBuffer{}
+		writeError(out, http.StatusBadGateway, rec.Error)
+	}
 	return &invoke.Response{InvocationID: rec.ID, StatusCode: out.StatusCode, Header: out.Header(),
 		Body: out.Body.Bytes(), Error: rec.Error}, nil
 }
@@ -208,7 +235,8 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		c.r.Body = http.MaxBytesReader(nil, c.r.Body, p.cfg.MaxRequestBytes)
 	}
 	inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
-		BeforeWrite: func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
+		MaxResponseBytes: p.cfg.MaxResultBytes,
+		BeforeWrite:      func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
 	// An HTTP client going away does not end the exchange, which the
 	// deadline bounds: a handler that started runs to its end and its
 	// capacity is released only then. Triggers cancel their runs on purpose
@@ -225,9 +253,20 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		return
 	}
 	rec.StatusCode = res.StatusCode
-	if res.Err != nil && rec.Error == "" {
-		rec.Error = "the response was cut short: " + res.Err.Error()
+	if res.Err != nil {
+		c.cut = true
+		if rec.Error == "" {
+			rec.Error = "the response was cut short: " + p.cutReason(res.Err)
+		}
 	}
+}
+
+// cutReason says why a response that had started failed.
+func (p *Proxy) cutReason(err error) string {
+	if errors.Is(err, runtime.ErrResponseTooLarge) {
+		return "the response body exceeds the limit of " + humanize.IBytes(uint64(p.cfg.MaxResultBytes))
+	}
+	return err.Error()
 }
 
 func (p *Proxy) tooLarge() string {
@@ -290,6 +329,9 @@ func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *ru
 		p.fail(c, rec, http.StatusBadGateway, fmt.Sprintf("function %q crashed: %s", c.name, strings.TrimPrefix(err.Error(), runtime.ErrCrashed.Error())))
 	case errors.As(err, &mbe):
 		p.fail(c, rec, http.StatusRequestEntityTooLarge, p.tooLarge())
+	case errors.Is(err, runtime.ErrResponseTooLarge):
+		p.fail(c, rec, http.StatusBadGateway, fmt.Sprintf("function %q returned a response body over the limit of %s",
+			c.name, humanize.IBytes(uint64(p.cfg.MaxResultBytes))))
 	case errors.As(err, &be):
 		p.fail(c, rec, http.StatusBadRequest, "reading the request body failed: "+be.Err.Error())
 	default:

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"sless.kube5s.ru/sless/modules/runtime"
 )
@@ -57,6 +58,18 @@ type conn struct {
 }
 
 const bufSize = 16 << 10
+
+// MaxHeadBytes bounds a response's status line and headers. It is far above
+// what a wrapper sends (X-Sless-Logs carries at most MaxLogBytes, which JSON
+// escaping can grow up to six times), so that only a broken instance reaches
+// it.
+const MaxHeadBytes = 1 << 20
+
+// MaxLogBytes caps the logs of one invocation (PROTOCOL.md): longer logs are
+// cut to this many bytes followed by a "...[truncated N bytes]" marker. The
+// wrappers cut their output already; Do applies the same cap to whatever an
+// instance sends.
+const MaxLogBytes = 64 << 10
 
 func (c *Client) get(ctx context.Context) (*conn, error) {
 	c.mu.Lock()
@@ -134,6 +147,7 @@ func (c *Client) Do(ctx context.Context, inv *runtime.Invocation, w http.Respons
 // roundTrip writes the request and streams the response. reusable reports
 // that the connection is at the start of the next response.
 func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res runtime.Result, reusable bool, err error) {
+	r := inv.Request
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
 	n, err := writeRequest(cn.bw, inv, *buf)
@@ -146,17 +160,45 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 		return res, false, connErr("reading the response", err)
 	}
 	res.StatusCode, res.Logs, res.Error, res.Handler = head.status, head.logs, head.handlerError, head.handler
+	if r.Method == http.MethodHead {
+		// The answer to HEAD has no body, whatever its Content-Length says.
+		head.contentLength, head.chunked = 0, false
+	}
+	if inv.MaxResponseBytes > 0 && head.contentLength > inv.MaxResponseBytes {
+		// Refused before anything is written: the caller answers with an
+		// error. The unread body makes the connection unusable, not the
+		// instance.
+		return res, false, fmt.Errorf("%w: it declares %d bytes", runtime.ErrResponseTooLarge, head.contentLength)
+	}
 	if inv.BeforeWrite != nil {
 		inv.BeforeWrite(&res)
 	}
 	w.WriteHeader(head.status)
 	body, reusable := bodyReader(cn.br, head)
-	written, copyErr := io.CopyBuffer(writerOnly{w}, body, *buf)
+	limited := body
+	if inv.MaxResponseBytes > 0 && head.contentLength < 0 {
+		limited = io.LimitReader(body, inv.MaxResponseBytes)
+	}
+	written, copyErr := io.CopyBuffer(writerOnly{w}, limited, *buf)
 	res.ResponseBytes = written
 	if copyErr != nil {
 		// The status is out: report the failure in the result.
 		res.Err = copyErr
 		return res, false, nil
+	}
+	if limited != body && written == inv.MaxResponseBytes {
+		if n, _ := body.Read((*buf)[:1]); n > 0 {
+			res.Err = fmt.Errorf("%w: it was cut at %d bytes", runtime.ErrResponseTooLarge, written)
+			return res, false, nil
+		}
+	}
+	if head.chunked && reusable {
+		// The chunked reader stops at the last chunk; the trailer section
+		// (ignored) ends the response.
+		if err := skipTrailer(cn.br); err != nil {
+			res.Err = connErr("reading the response trailer", err)
+			return res, false, nil
+		}
 	}
 	if head.contentLength >= 0 && written != head.contentLength {
 		res.Err = fmt.Errorf("%w: response body ended after %d of %d bytes", runtime.ErrCrashed, written, head.contentLength)
@@ -292,10 +334,12 @@ type head struct {
 }
 
 // readHead parses the status line and headers, copying the headers a client
-// may see into dst.
+// may see into dst. The head may be up to MaxHeadBytes long, in lines of any
+// length.
 func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 	h := head{contentLength: -1}
-	line, err := readLine(br)
+	budget := MaxHeadBytes
+	line, err := readLine(br, &budget)
 	if err != nil {
 		return h, err
 	}
@@ -308,7 +352,7 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 		return h, fmt.Errorf("malformed status line %q", line)
 	}
 	for {
-		line, err := readLine(br)
+		line, err := readLine(br, &budget)
 		if err != nil {
 			return h, err
 		}
@@ -317,7 +361,7 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 		}
 		i := bytes.IndexByte(line, ':')
 		if i <= 0 {
-			return h, fmt.Errorf("malformed header line %q", line)
+			return h, fmt.Errorf("malformed header line %q", truncateLine(line))
 		}
 		key := http.CanonicalHeaderKey(string(line[:i]))
 		value := string(bytes.TrimSpace(line[i+1:]))
@@ -332,7 +376,7 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 		case "Connection":
 			h.close = strings.EqualFold(value, "close")
 		case "X-Sless-Logs":
-			h.logs = decodeJSONString(value)
+			h.logs = capLogs(decodeJSONString(value))
 		case "X-Sless-Error":
 			h.handlerError = decodeJSONString(value)
 		case "X-Sless-Handler-Us":
@@ -347,15 +391,44 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 	}
 }
 
-func readLine(br *bufio.Reader) ([]byte, error) {
+// readLine reads one line of the head, charging its length to budget. A
+// line longer than the read buffer is assembled in a fresh slice.
+func readLine(br *bufio.Reader, budget *int) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		return nil, errors.New("response header line too long")
+	var long []byte
+	for err == bufio.ErrBufferFull && len(long)+len(line) <= *budget {
+		long = append(long, line...)
+		line, err = br.ReadSlice('\n')
+	}
+	if long != nil {
+		line = append(long, line...)
+	}
+	if *budget -= len(line); *budget < 0 {
+		return nil, fmt.Errorf("the response head exceeds %d bytes", MaxHeadBytes)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return bytes.TrimRight(line, "\r\n"), nil
+}
+
+// skipTrailer reads the trailer fields after a chunked body, up to the empty
+// line that ends them.
+func skipTrailer(br *bufio.Reader) error {
+	budget := MaxHeadBytes
+	for {
+		line, err := readLine(br, &budget)
+		if err != nil || len(line) == 0 {
+			return err
+		}
+	}
+}
+
+func truncateLine(line []byte) []byte {
+	if len(line) > 100 {
+		return line[:100]
+	}
+	return line
 }
 
 func decodeJSONString(v string) string {
@@ -365,6 +438,36 @@ func decodeJSONString(v string) string {
 	}
 	return s
 }
+
+// capLogs applies MaxLogBytes to logs: longer logs keep their first
+// MaxLogBytes bytes (cut back to a UTF-8 character boundary) followed by
+// "...[truncated N bytes]", N being the number of bytes left out. Logs of at
+// most MaxLogBytes followed by such a marker were cut by the wrapper and are
+// kept as they are.
+func capLogs(logs string) string {
+	if len(logs) <= MaxLogBytes || cutAlready(logs) {
+		return logs
+	}
+	cut := MaxLogBytes
+	for cut > 0 && !utf8.RuneStart(logs[cut]) {
+		cut--
+	}
+	return logs[:cut] + fmt.Sprintf(truncatedMarker, len(logs)-cut)
+}
+
+// cutAlready reports whether logs are at most MaxLogBytes followed by the
+// truncation marker.
+func cutAlready(logs string) bool {
+	i := strings.LastIndex(logs, "...[truncated ")
+	if i < 0 || i > MaxLogBytes {
+		return false
+	}
+	var n int64
+	_, err := fmt.Sscanf(logs[i:], truncatedMarker, &n)
+	return err == nil && strings.HasSuffix(logs, " bytes]")
+}
+
+const truncatedMarker = "...[truncated %d bytes]"
 
 // bodyReader returns the response body and whether the connection can carry
 // another response after it.
@@ -388,12 +491,7 @@ type ResponseBuffer struct {
 	StatusCode int
 	// Body is the written body.
 	Body bytes.Buffer
-	// Max caps Body; writes beyond it fail. 0 means no cap.
-	Max int
 }
-
-// ErrResponseTooLarge is returned by ResponseBuffer.Write beyond Max.
-var ErrResponseTooLarge = errors.New("response exceeds the buffer limit")
 
 // Header implements http.ResponseWriter.
 func (b *ResponseBuffer) Header() http.Header {
@@ -413,11 +511,6 @@ func (b *ResponseBuffer) WriteHeader(code int) {
 // Write implements http.ResponseWriter.
 func (b *ResponseBuffer) Write(p []byte) (int, error) {
 	b.WriteHeader(http.StatusOK)
-	if b.Max > 0 && b.Body.Len()+len(p) > b.Max {
-		n := b.Max - b.Body.Len()
-		b.Body.Write(p[:n])
-		return n, ErrResponseTooLarge
-	}
 	return b.Body.Write(p)
 }
 

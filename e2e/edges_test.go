@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The edge probes: handlers whose event selects an unusual behaviour.
+const pythonEdges = `import os
+
+def handle(event, context):
+    event = event if isinstance(event, dict) else {}
+    mode = event.get("mode")
+    if mode == "print":
+        print("x" * event["n"])
+        return "printed"
+    if mode == "big":
+        return {"statusCode": 200, "body": "y" * event["n"]}
+    if mode == "pid":
+        with open(event["file"], "w") as f:
+            f.write(str(os.getpid()))
+        return {"statusCode": 200, "body": "z" * event["n"]}
+    return {"method": context.method}
+`
+
+const nodeEdges = `exports.handle = async (event, context) => {
+  event = event || {};
+  if (event.mode === 'print') { console.log('x'.repeat(event.n)); return 'printed'; }
+  if (event.mode === 'big') return { statusCode: 200, body: 'y'.repeat(event.n) };
+  return { method: context.method };
+};
+`
+
+func deployEdges(t *testing.T, s *server) {
+	t.Helper()
+	// One instance each, so that an invocation holding it would hold up
+	// the next; a timeout far above what any case may take.
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": pythonEdges}), "--name", "edge-py", "--runtime", "python3.11",
+		"--timeout", "60", "--max-instances", "1")
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.js": nodeEdges}), "--name", "edge-node", "--runtime", "nodejs20",
+		"--timeout", "60", "--max-instances", "1")
+}
+
+func TestInvocationEdges(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	deployEdges(t, s)
+	client := &http.Client{Timeout: 20 * time.Second} // a third of the functions' timeout
+
+	for _, fn := range []string{"edge-py", "edge-node"} {
+		t.Run(fn+" output over the log limit", func(t *testing.T) {
+			code, h, body := s.post("/fn/default/"+fn, `{"mode": "print", "n": 100000}`)
+			if code != 200 || body != `"printed"` {
+				t.Fatalf("got %d %s; want 200 and the handler's result", code, body)
+			}
+			rec := s.waitInvocation(h.Get("X-Sless-Invocation-Id"))
+			const printed = 100000 + 1 // the line and its newline
+			want := strings.Repeat("x", 64<<10) + fmt.Sprintf("...[truncated %d bytes]", printed-64<<10)
+			if rec.Logs != want || rec.StatusCode != 200 || rec.Error != "" {
+				t.Errorf("record: status %d, error %q, %d bytes of logs ending in %q; want 200, no error and %d bytes ending in %q",
+					rec.StatusCode, rec.Error, len(rec.Logs), rec.Logs[max(0, len(rec.Logs)-30):], len(want), want[len(want)-30:])
+			}
+		})
+
+		t.Run(fn+" every method completes", func(t *testing.T) {
+			for _, method := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "TRACE"} {
+				req, err := http.NewRequest(method, s.endpoint+"/fn/default/"+fn+"/x", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				started := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Errorf("%s: %v after %v; want an answer at once", method, err, time.Since(started))
+					continue
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				want := fmt.Sprintf(`{"method":%q}`, method)
+				if method == "HEAD" {
+					want = ""
+				}
+				if err != nil || resp.StatusCode != 200 || string(body) != want {
+					t.Errorf("%s: got %d %q (%v); want 200 %q", method, resp.StatusCode, body, err, want)
+				}
+				if rec := s.waitInvocation(resp.Header.Get("X-Sless-Invocation-Id")); rec.Error != "" || rec.StatusCode != 200 {
+					t.Errorf("%s: record status %d, error %q; want 200 and no error", method, rec.StatusCode, rec.Error)
+				}
+			}
+			// A tunnel is not a function call: refused without an instance.
+			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(s.endpoint, "http://"), 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(20 * time.Second))
+			fmt.Fprintf(conn, "CONNECT /fn/default/%s HTTP/1.1\r\nHost: sless\r\n\r\n", fn)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: "CONNECT"})
+			if err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("CONNECT: got %v %v; want 405", resp, err)
+			}
+			// The instance is still the function's only one, and free.
+			if code, _, body := s.post("/fn/default/"+fn, `{}`); code != 200 {
+				t.Errorf("after the methods: got %d %s; want 200", code, body)
+			}
+		})
+
+		t.Run(fn+" result cap on /fn and invoke", func(t *testing.T) {
+			big := `{"mode": "big", "n": 7340032}` // 7 MiB, over the default 6 MiB
+			code, _, body := s.post("/fn/default/"+fn, big)
+			if code != http.StatusBadGateway || !strings.Contains(body, "over the limit of 6.0 MiB") {
+				t.Errorf("/fn: got %d %.200s; want 502 naming the limit", code, body)
+			}
+			code, data := s.api("POST", "/v1/namespaces/default/functions/"+fn+"/invoke", "application/json", []byte(big))
+			if code != http.StatusBadGateway || !strings.Contains(string(data), "over the limit of 6.0 MiB") {
+				t.Errorf("invoke: got %d %.200s; want 502 naming the limit", code, data)
+			}
+			small := `{"mode": "big", "n": 1048576}`
+			if code, _, body := s.post("/fn/default/"+fn, small); code != 200 || len(body) != 1<<20 {
+				t.Errorf("/fn under the limit: got %d and %d bytes; want 200 and 1 MiB", code, len(body))
+			}
+			if code, data := s.api("POST", "/v1/namespaces/default/functions/"+fn+"/invoke", "application/json", []byte(small)); code != 200 || len(data) != 1<<20 {
+				t.Errorf("invoke under the limit: got %d and %d bytes; want 200 and 1 MiB", code, len(data))
+			}
+		})
+	}
+}
+
+// absolutePath matches the start of an absolute path in a message.
+var absolutePath = regexp.MustCompile(`(^|[\s'"(])/\w`)
+
+// TestLoadErrorNamesOwnFiles deploys handlers that fail to load: what /fn
+// callers get names the function's files, not where the server keeps them.
+func TestLoadErrorNamesOwnFiles(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	for _, tc := range []struct{ name, runtime, file, code, want string }{
+		{"broken-py", "python3.11", "handler.py",
+			"import os\nopen(os.path.join(os.path.dirname(__file__), 'data', 'missing.txt'))\n", "data/missing.txt"},
+		{"broken-node", "nodejs20", "handler.js", "require('./lib/missing-thing');\n", "handler.js"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.mustCLI("deploy", writeTree(t, map[string]string{tc.file: tc.code}), "--name", tc.name, "--runtime", tc.runtime)
+			code, _, body := s.post("/fn/default/"+tc.name, `{}`)
+			if code != http.StatusBadGateway || !strings.Contains(body, "could not be loaded") || !strings.Contains(body, tc.want) {
+				t.Errorf("got %d %s; want 502 saying the handler could not be loaded, naming %s", code, body, tc.want)
+			}
+			if absolutePath.MatchString(body) || strings.Contains(body, "artifacts") {
+				t.Errorf("got %s; want no server path in the answer", body)
+			}
+		})
+	}
+}
+
+// TestResponseCutShort kills an instance while its body streams to a client
+// that waits: the client must see the connection fail, not a short body.
+func TestResponseCutShort(t *testing.T) {
+	// A body far larger than what the socket buffers between instance and
+	// client hold, under the result cap.
+	s := startServer(t, serverOptions{env: []string{"SLESS_MAX_RESULT_BYTES=64MiB"}})
+	deployEdges(t, s)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	resp, err := http.Post(s.endpoint+"/fn/default/edge-py", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"mode": "pid", "n": 30000000, "file": %q}`, pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("got %d %s; want the handler's 200", resp.StatusCode, body)
+	}
+	// The head is here, most of the body is still in the instance: kill it.
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err == nil {
+		t.Errorf("read %d of 30000000 bytes and a normal end; want the connection to fail", n)
+	}
+	rec := s.waitInvocation(resp.Header.Get("X-Sless-Invocation-Id"))
+	if !strings.Contains(rec.Error, "cut short") {
+		t.Errorf("record error %q; want it to say the response was cut short", rec.Error)
+	}
+}

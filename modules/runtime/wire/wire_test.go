@@ -1,0 +1,238 @@
+package wire_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/wire"
+)
+
+// fakeInstance answers every request on its connections with what respond
+// returns, written raw; closeAfter closes the connection after that answer.
+type fakeInstance struct {
+	ln    net.Listener
+	dials atomic.Int64
+}
+
+type answer struct {
+	raw        string
+	closeAfter bool
+}
+
+func startFake(t *testing.T, respond func(r *http.Request) answer) *fakeInstance {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	f := &fakeInstance{ln: ln}
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				for {
+					r, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, r.Body)
+					a := respond(r)
+					if _, err := io.WriteString(nc, a.raw); err != nil || a.closeAfter {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return f
+}
+
+func (f *fakeInstance) client() *wire.Client {
+	var d net.Dialer
+	return wire.NewClient(func(ctx context.Context) (net.Conn, error) {
+		f.dials.Add(1)
+		return d.DialContext(ctx, "tcp", f.ln.Addr().String())
+	})
+}
+
+// do sends one invocation with the given method and limit, with a deadline
+// far enough away that only a hang reaches it.
+func do(t *testing.T, c *wire.Client, method string, maxResponse int64) (*wire.ResponseBuffer, runtime.Result, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://fn/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out wire.ResponseBuffer
+	res, err := c.Do(context.Background(), &runtime.Invocation{ID: "inv", Request: req, Path: "/",
+		Deadline: time.Now().Add(10 * time.Second), Trigger: []byte(`{"kind":"http"}`), MaxResponseBytes: maxResponse}, &out)
+	return &out, res, err
+}
+
+func response(headers, body string) string {
+	return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n%sContent-Length: %d\r\n\r\n%s", headers, len(body), body)
+}
+
+func logsHeader(logs string) string {
+	value, _ := json.Marshal(logs)
+	return "X-Sless-Logs: " + string(value) + "\r\n"
+}
+
+func TestLogs(t *testing.T) {
+	cutByWrapper := strings.Repeat("w", wire.MaxLogBytes) + "...[truncated 34464 bytes]"
+	tests := []struct {
+		name, logs, want string
+	}{
+		{"short", "hello\n", "hello\n"},
+		{"at the cap", strings.Repeat("a", wire.MaxLogBytes), strings.Repeat("a", wire.MaxLogBytes)},
+		// Far longer than the read buffer: the head must still be read.
+		{"cut by the wrapper", cutByWrapper, cutByWrapper},
+		{"over the cap", strings.Repeat("b", 300_000), strings.Repeat("b", wire.MaxLogBytes) + fmt.Sprintf("...[truncated %d bytes]", 300_000-wire.MaxLogBytes)},
+		{"over the cap, cut at a character", strings.Repeat("é", 40_000), strings.Repeat("é", wire.MaxLogBytes/2) + fmt.Sprintf("...[truncated %d bytes]", 80_000-wire.MaxLogBytes)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFake(t, func(*http.Request) answer { return answer{raw: response(logsHeader(tc.logs), "ok")} })
+			c := f.client()
+			defer c.Close()
+			out, res, err := do(t, c, http.MethodPost, 0)
+			if err != nil {
+				t.Fatalf("Do: %v, want the response", err)
+			}
+			if res.Logs != tc.want {
+				t.Errorf("logs: got %d bytes ending in %q, want %d bytes ending in %q",
+					len(res.Logs), res.Logs[max(0, len(res.Logs)-30):], len(tc.want), tc.want[max(0, len(tc.want)-30):])
+			}
+			if out.StatusCode != 200 || out.Body.String() != "ok" {
+				t.Errorf("response: got %d %q, want 200 ok", out.StatusCode, out.Body.String())
+			}
+			// The connection is still in step: the next invocation reuses it.
+			if _, _, err := do(t, c, http.MethodPost, 0); err != nil {
+				t.Fatalf("second Do: %v", err)
+			}
+			if n := f.dials.Load(); n != 1 {
+				t.Errorf("dials: got %d, want 1", n)
+			}
+		})
+	}
+}
+
+func TestHeadTooLarge(t *testing.T) {
+	huge := "X-Big: " + strings.Repeat("x", wire.MaxHeadBytes) + "\r\n"
+	f := startFake(t, func(*http.Request) answer { return answer{raw: response(huge, "ok")} })
+	c := f.client()
+	defer c.Close()
+	_, _, err := do(t, c, http.MethodPost, 0)
+	if !errors.Is(err, runtime.ErrCrashed) || !strings.Contains(err.Error(), "response head exceeds") {
+		t.Errorf("Do: got %v, want ErrCrashed saying the head is too large", err)
+	}
+}
+
+func TestHeadRequest(t *testing.T) {
+	// The wrappers answer HEAD with the Content-Length a GET would have
+	// and no body.
+	f := startFake(t, func(r *http.Request) answer {
+		if r.Method == http.MethodHead {
+			return answer{raw: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n"}
+		}
+		return answer{raw: response("", "after")}
+	})
+	c := f.client()
+	defer c.Close()
+	started := time.Now()
+	out, res, err := do(t, c, http.MethodHead, 0)
+	if err != nil || res.Err != nil {
+		t.Fatalf("HEAD: got %v / %v after %v, want the response at once", err, res.Err, time.Since(started))
+	}
+	if out.StatusCode != 200 || out.Body.Len() != 0 || out.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("HEAD: got %d %v %q, want 200 with the headers and no body", out.StatusCode, out.Header(), out.Body.String())
+	}
+	out, _, err = do(t, c, http.MethodGet, 0)
+	if err != nil || out.Body.String() != "after" {
+		t.Fatalf("GET after HEAD: got %v %q, want the GET's own response", err, out.Body.String())
+	}
+	if n := f.dials.Load(); n != 1 {
+		t.Errorf("dials: got %d, want 1 (the connection survives a HEAD)", n)
+	}
+}
+
+func TestMaxResponseBytes(t *testing.T) {
+	body := strings.Repeat("z", 1000)
+	chunked := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	tests := []struct {
+		name     string
+		raw      string
+		limit    int64
+		wantErr  bool  // Do fails, nothing written
+		wantCut  bool  // Result.Err set after the head
+		wantBody int64 // bytes written
+	}{
+		{"declared under the limit", response("", body), 1000, false, false, 1000},
+		{"declared over the limit", response("", body), 999, true, false, 0},
+		{"streamed under the limit", chunked, 1000, false, false, 1000},
+		{"streamed over the limit", chunked, 600, false, true, 600},
+		{"no limit", chunked, 0, false, false, 1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFake(t, func(*http.Request) answer { return answer{raw: tc.raw} })
+			c := f.client()
+			defer c.Close()
+			out, res, err := do(t, c, http.MethodPost, tc.limit)
+			if gotErr := errors.Is(err, runtime.ErrResponseTooLarge); gotErr != tc.wantErr {
+				t.Errorf("Do error: got %v, want ErrResponseTooLarge: %v", err, tc.wantErr)
+			}
+			if gotCut := errors.Is(res.Err, runtime.ErrResponseTooLarge); gotCut != tc.wantCut {
+				t.Errorf("Result.Err: got %v, want ErrResponseTooLarge: %v", res.Err, tc.wantCut)
+			}
+			if int64(out.Body.Len()) != tc.wantBody || res.ResponseBytes != tc.wantBody {
+				t.Errorf("body: got %d bytes written, %d recorded; want %d", out.Body.Len(), res.ResponseBytes, tc.wantBody)
+			}
+			if tc.wantErr && out.StatusCode != 0 {
+				t.Errorf("status: got %d written, want nothing written", out.StatusCode)
+			}
+			if tc.wantErr || tc.wantCut {
+				return
+			}
+			// A complete response leaves the connection at the next one.
+			if out, _, err := do(t, c, http.MethodPost, tc.limit); err != nil || out.Body.Len() != len(body) {
+				t.Errorf("second Do: got %v and %d bytes, want the whole body again", err, out.Body.Len())
+			}
+			if n := f.dials.Load(); n != 1 {
+				t.Errorf("dials: got %d, want 1", n)
+			}
+		})
+	}
+}
+
+func TestBodyCutShort(t *testing.T) {
+	f := startFake(t, func(*http.Request) answer {
+		return answer{raw: "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this", closeAfter: true}
+	})
+	c := f.client()
+	defer c.Close()
+	out, res, err := do(t, c, http.MethodPost, 0)
+	if err != nil {
+		t.Fatalf("Do: %v, want the failure in Result.Err (the head was written)", err)
+	}
+	if !errors.Is(res.Err, runtime.ErrCrashed) || out.StatusCode != 200 || out.Body.String() != "only this" {
+		t.Errorf("got %d %q, Result.Err %v; want 200, the partial body and ErrCrashed", out.StatusCode, out.Body.String(), res.Err)
+	}
+}
