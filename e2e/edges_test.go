@@ -38,6 +38,8 @@ const nodeEdges = `exports.handle = async (event, context) => {
   event = event || {};
   if (event.mode === 'print') { console.log('x'.repeat(event.n)); return 'printed'; }
   if (event.mode === 'big') return { statusCode: 200, body: 'y'.repeat(event.n) };
+  if (event.mode === 'stray') { setTimeout(() => { throw new Error('stray timer'); }, 10); return 'returned'; }
+  if (event.mode === 'sleep') { await new Promise((resolve) => setTimeout(resolve, event.ms)); return 'slept'; }
   return { method: context.method };
 };
 `
@@ -114,6 +116,18 @@ func TestInvocationEdges(t *testing.T) {
 				t.Errorf("after the methods: got %d %s; want 200", code, body)
 			}
 		})
+
+		if fn == "edge-node" {
+			t.Run(fn+" error thrown after the handler returned fails nothing", func(t *testing.T) {
+				if code, _, body := s.post("/fn/default/"+fn, `{"mode": "stray"}`); code != 200 || body != `"returned"` {
+					t.Fatalf("got %d %s; want 200", code, body)
+				}
+				// The stray timer fires while this call waits on the same instance.
+				if code, _, body := s.post("/fn/default/"+fn, `{"mode": "sleep", "ms": 500}`); code != 200 || body != `"slept"` {
+					t.Errorf("the next call: got %d %s; want 200", code, body)
+				}
+			})
+		}
 
 		t.Run(fn+" result cap on /fn and invoke", func(t *testing.T) {
 			big := `{"mode": "big", "n": 7340032}` // 7 MiB, over the default 6 MiB
