@@ -220,17 +220,41 @@ func newFnCmd(g *globals) *cobra.Command {
 			}),
 		},
 		&cobra.Command{
-			Use: "delete NAME", Short: "Delete a function", Args: cobra.ExactArgs(1),
+			Use: "delete NAME", Short: "Delete a function with its triggers and jobs", Args: cobra.ExactArgs(1),
 			RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
-				if err := c.DeleteFunction(cmd.Context(), ns, args[0]); err != nil {
+				d, err := c.DeleteFunction(cmd.Context(), ns, args[0])
+				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "deleted function %s/%s\n", ns, args[0])
+				if g.output == "json" {
+					return printJSON(cmd.OutOrStdout(), d)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "deleted function %s/%s%s\n", ns, args[0], describeDeleted(d.Deleted))
 				return nil
 			}),
 		},
 	)
 	return cmd
+}
+
+// describeDeleted says what was deleted with a function: "" when nothing,
+// else " and its triggers a, b and jobs c".
+func describeDeleted(deleted map[string][]string) string {
+	var parts []string
+	for _, kind := range []string{"triggers", "jobs"} {
+		names := deleted[kind]
+		if len(names) == 0 {
+			continue
+		}
+		if len(names) == 1 {
+			kind = strings.TrimSuffix(kind, "s")
+		}
+		parts = append(parts, kind+" "+strings.Join(names, ", "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " and its " + strings.Join(parts, " and ")
 }
 
 func printFunctionTable(w io.Writer, fns []*functions.Function) error {

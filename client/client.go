@@ -272,9 +272,11 @@ func (c *Client) ListFunctions(ctx context.Context, ns string) ([]*functions.Fun
 	return listAll[*functions.Function](ctx, c, objPath("functions", ns, ""))
 }
 
-// DeleteFunction deletes a function.
-func (c *Client) DeleteFunction(ctx context.Context, ns, name string) error {
-	return c.do(ctx, http.MethodDelete, objPath("functions", ns, name), nil, "", nil)
+// DeleteFunction deletes a function with its triggers and jobs and returns
+// what was deleted.
+func (c *Client) DeleteFunction(ctx context.Context, ns, name string) (*functions.Deletion, error) {
+	var out functions.Deletion
+	return &out, c.do(ctx, http.MethodDelete, objPath("functions", ns, name), nil, "", &out)
 }
 
 // UploadCode uploads a zip as the function's code.

@@ -141,6 +141,26 @@ type Suspension interface {
 	Suspended(ctx context.Context, key Key) (bool, error)
 }
 
+// Dependents deletes what other modules keep for a function (its triggers
+// and jobs) when the function is deleted, so that none of it outlives the
+// function and comes back to life with a new function of the same name.
+type Dependents interface {
+	// DeleteDependents deletes the objects that belong to key and returns
+	// their names by kind ("triggers", "jobs"; every kind present, names
+	// sorted). Once it returns, none of them runs again. It is idempotent
+	// and safe for concurrent use.
+	DeleteDependents(ctx context.Context, key Key) (map[string][]string, error)
+}
+
+// Deletion is the answer to deleting a function.
+type Deletion struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// Deleted lists what was deleted with the function: names by kind, as
+	// Dependents returns them.
+	Deleted map[string][]string `json:"deleted"`
+}
+
 // NotifierFunc adapts a function to ChangeNotifier.
 type NotifierFunc func(Key)
 

@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 
 	"github.com/dustin/go-humanize"
 	"github.com/gin-gonic/gin"
@@ -25,20 +26,22 @@ import (
 
 // API is the functions REST API.
 type API struct {
-	store    functions.Store
-	runtimes functions.Runtimes
-	notifier functions.ChangeNotifier
-	blobs    storage.Blobs
-	limits   safezip.Limits
-	tempDir  string
-	log      *slog.Logger
+	store      functions.Store
+	runtimes   functions.Runtimes
+	notifier   functions.ChangeNotifier
+	dependents functions.Dependents
+	blobs      storage.Blobs
+	limits     safezip.Limits
+	tempDir    string
+	log        *slog.Logger
 }
 
 // New returns the API. Uploads are checked against limits and spooled to
-// files in tempDir.
-func New(store functions.Store, runtimes functions.Runtimes, notifier functions.ChangeNotifier,
+// files in tempDir; deleting a function deletes its dependents.
+func New(store functions.Store, runtimes functions.Runtimes, notifier functions.ChangeNotifier, dependents functions.Dependents,
 	blobs storage.Blobs, limits safezip.Limits, tempDir string, log *slog.Logger) *API {
-	return &API{store: store, runtimes: runtimes, notifier: notifier, blobs: blobs, limits: limits, tempDir: tempDir, log: log}
+	return &API{store: store, runtimes: runtimes, notifier: notifier, dependents: dependents,
+		blobs: blobs, limits: limits, tempDir: tempDir, log: log}
 }
 
 // Register implements httpx.Routes.
@@ -133,13 +136,32 @@ func (a *API) update(c *gin.Context) error {
 	return nil
 }
 
+// delete deletes a function with its triggers and jobs, and answers what
+// was deleted. The dependents go first, so that none of them fires for the
+// function while it goes, and once more after it is gone, for any that
+// were created meanwhile.
 func (a *API) delete(c *gin.Context) error {
 	k := key(c)
+	if _, err := a.store.Get(c, k); err != nil {
+		return notFound(err, k)
+	}
+	deleted, err := a.dependents.DeleteDependents(c, k)
+	if err != nil {
+		return fmt.Errorf("deleting the dependents of %s: %w", k, err)
+	}
 	if err := a.store.Delete(c, k); err != nil {
 		return notFound(err, k)
 	}
 	a.notifier.Changed(k)
-	c.Status(http.StatusNoContent)
+	late, err := a.dependents.DeleteDependents(c, k)
+	if err != nil {
+		return fmt.Errorf("deleting the dependents of %s: %w", k, err)
+	}
+	for kind, names := range late {
+		// A name in both was deleted, created again and deleted again.
+		deleted[kind] = slices.Compact(slices.Sorted(slices.Values(slices.Concat(deleted[kind], names))))
+	}
+	c.JSON(http.StatusOK, functions.Deletion{Name: k.Name, Namespace: k.Namespace, Deleted: deleted})
 	return nil
 }
 

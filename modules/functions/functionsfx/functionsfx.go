@@ -69,8 +69,9 @@ func newController(lc fx.Lifecycle, c Config, store functions.Store, builder bui
 	return ctrl, functions.NotifierFunc(ctrl.Enqueue)
 }
 
-func newAPI(c Config, store functions.Store, runtimes *runtime.Registry, notifier functions.ChangeNotifier, blobs storage.Blobs, log *slog.Logger) *fnapi.API {
-	return fnapi.New(store, runtimes, notifier, blobs, c.UploadLimits, c.UploadDir, log)
+func newAPI(c Config, store functions.Store, runtimes *runtime.Registry, notifier functions.ChangeNotifier,
+	dependents functions.Dependents, blobs storage.Blobs, log *slog.Logger) *fnapi.API {
+	return fnapi.New(store, runtimes, notifier, dependents, blobs, c.UploadLimits, c.UploadDir, log)
 }
 
 // startPruning removes the artifacts no function uses, when the builder can.

@@ -59,11 +59,7 @@ func (r *TriggerReconciler) LoadGate(ctx context.Context) error {
 func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (controller.Result, error) {
 	t, err := r.store.Get(ctx, key)
 	if errors.Is(err, trstore.ErrNotFound) {
-		for _, runner := range r.runners {
-			runner.Remove(key)
-		}
-		r.expose(key, functions.Key{})
-		r.keeper.forget(key)
+		r.stop(key)
 		return controller.Result{}, nil
 	}
 	if err != nil {
@@ -98,6 +94,16 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (co
 		}
 	}
 	return res, r.keeper.setPhase(ctx, t, phase, msg)
+}
+
+// stop stops a deleted trigger: its runner, its place in the gate and its
+// status. It is idempotent.
+func (r *TriggerReconciler) stop(key triggers.Key) {
+	for _, runner := range r.runners {
+		runner.Remove(key)
+	}
+	r.expose(key, functions.Key{})
+	r.keeper.forget(key)
 }
 
 // expose sets what the trigger exposes on /fn and tells the functions

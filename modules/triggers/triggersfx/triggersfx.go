@@ -40,6 +40,7 @@ var Module = fx.Module("triggers",
 		func(g *control.Gate) invoke.Exposure { return g },
 		func(s *trstore.Triggers) functions.Suspension { return control.NewSuspension(s) },
 		newControllers,
+		func(c *controllers) functions.Dependents { return c.dependents },
 		httpx.AsRoutes(newAPI),
 	),
 	fx.Invoke(func(*controllers) {}),
@@ -49,6 +50,7 @@ var Module = fx.Module("triggers",
 // in order with the runners.
 type controllers struct {
 	triggers, jobs *controller.Controller[triggers.Key]
+	dependents     *control.Dependents
 }
 
 type params struct {
@@ -78,6 +80,7 @@ func newControllers(p params) *controllers {
 		jobs:     controller.New("jobs", jobRec.Reconcile, p.Jobs.Keys, p.Config.Workers, p.Log),
 	}
 	jobRec.Enqueue = c.jobs.Enqueue
+	c.dependents = control.NewDependents(p.Triggers, p.Jobs, trRec, c.triggers.Enqueue, c.jobs.Enqueue)
 	p.LC.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			return errors.Join(keeper.Start(ctx), trRec.LoadGate(ctx), jobRec.Start(ctx),

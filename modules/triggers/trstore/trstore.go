@@ -148,6 +148,12 @@ func (j *Jobs) List(ctx context.Context, ns, after string, limit int) ([]*trigge
 	return out, more, err
 }
 
+// ByFunction returns the jobs of a function.
+func (j *Jobs) ByFunction(ctx context.Context, ns, function string) ([]*triggers.Job, error) {
+	objs, err := j.s.ByFunction(ctx, ns, function)
+	return all(objs, err, toJob)
+}
+
 // Keys returns every job's key.
 func (j *Jobs) Keys(ctx context.Context) ([]triggers.Key, error) { return keys(ctx, j.s) }
 

@@ -1,0 +1,69 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/trstore"
+)
+
+// Kinds of dependents, as the REST API names their collections.
+const (
+	KindTriggers = "triggers"
+	KindJobs     = "jobs"
+)
+
+// Dependents implements functions.Dependents: a function's triggers and jobs
+// are deleted with it.
+type Dependents struct {
+	triggers   *trstore.Triggers
+	jobs       *trstore.Jobs
+	reconciler *TriggerReconciler
+	// enqueueTriggers and enqueueJobs tell the reconcilers about the
+	// deletions.
+	enqueueTriggers, enqueueJobs func(triggers.Key)
+}
+
+// NewDependents returns the dependents of functions in the stores; r stops
+// the deleted triggers.
+func NewDependents(trs *trstore.Triggers, jobs *trstore.Jobs, r *TriggerReconciler, enqueueTriggers, enqueueJobs func(triggers.Key)) *Dependents {
+	return &Dependents{triggers: trs, jobs: jobs, reconciler: r, enqueueTriggers: enqueueTriggers, enqueueJobs: enqueueJobs}
+}
+
+// DeleteDependents implements functions.Dependents. A deleted trigger is
+// stopped before it returns rather than at its next reconcile, which the
+// reconciler still gets: one that was in the middle of applying the trigger
+// stops it then.
+func (d *Dependents) DeleteDependents(ctx context.Context, fn functions.Key) (map[string][]string, error) {
+	trs, err := d.triggers.ByFunction(ctx, fn.Namespace, fn.Name)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := d.jobs.ByFunction(ctx, fn.Namespace, fn.Name)
+	if err != nil {
+		return nil, err
+	}
+	deleted := map[string][]string{KindTriggers: {}, KindJobs: {}}
+	for _, t := range trs {
+		if err := d.triggers.Delete(ctx, t.Key()); err != nil && !errors.Is(err, trstore.ErrNotFound) {
+			return nil, err
+		}
+		d.reconciler.stop(t.Key())
+		d.enqueueTriggers(t.Key())
+		deleted[KindTriggers] = append(deleted[KindTriggers], t.Name)
+	}
+	for _, j := range jobs {
+		if err := d.jobs.Delete(ctx, j.Key()); err != nil && !errors.Is(err, trstore.ErrNotFound) {
+			return nil, err
+		}
+		d.enqueueJobs(j.Key())
+		deleted[KindJobs] = append(deleted[KindJobs], j.Name)
+	}
+	for _, names := range deleted {
+		slices.Sort(names)
+	}
+	return deleted, nil
+}
