@@ -21,12 +21,12 @@ const dialTimeout = 30 * time.Second
 // consumer consumes the queue of one trigger, session after session: a
 // session is one connection, ended by a failure or by stop.
 type consumer struct {
-	r       *Runner
-	key     triggers.Key
-	spec    spec
-	settled *settledSet
-	log     *slog.Logger
-	scrub   scrubber
+	r      *Runner
+	key    triggers.Key
+	spec   spec
+	memory *memory
+	log    *slog.Logger
+	scrub  scrubber
 
 	// ctx ends when the consumer stops taking messages.
 	ctx  context.Context
@@ -38,12 +38,12 @@ type consumer struct {
 	healthy bool
 }
 
-// newConsumer returns the consumer of the trigger key running s; settled
-// is what the trigger remembers of the messages it settled.
-func (r *Runner) newConsumer(key triggers.Key, s spec, settled *settledSet) *consumer {
+// newConsumer returns the consumer of the trigger key running s; mem is
+// what the trigger remembers of the messages it handled.
+func (r *Runner) newConsumer(key triggers.Key, s spec, mem *memory) *consumer {
 	ctx, stop := context.WithCancel(r.ctx)
 	return &consumer{
-		r: r, key: key, spec: s, settled: settled,
+		r: r, key: key, spec: s, memory: mem,
 		log:   r.log.With("trigger", key.String(), "url", RedactURL(s.url), "queue", s.queue),
 		scrub: newScrubber(s.url),
 		ctx:   ctx, stop: stop,
@@ -135,9 +135,9 @@ type session struct {
 	// deliveries.
 	connClosed, chClosed, pubClosed chan *amqp.Error
 
-	// pub publishes dead letters in confirm mode, one at a time, so that a
-	// return read after the confirmation is the one of that message; it is
-	// nil without a dead-letter exchange or queue.
+	// pub publishes retry copies and dead letters in confirm mode, one at
+	// a time, so that a return read after the confirmation is the one of
+	// that message.
 	pub     *amqp.Channel
 	pubMu   sync.Mutex
 	returns chan amqp.Return
@@ -186,10 +186,8 @@ func (c *consumer) setup(conn *amqp.Connection) (*session, error) {
 			return nil, fmt.Errorf("bind queue %q to exchange %q with routing key %q: %w", c.spec.queue, c.spec.exchange, c.spec.routingKey, err)
 		}
 	}
-	if c.spec.deadLetterExchange != "" || c.spec.deadLetterQueue != "" {
-		if err := s.openPublisher(conn); err != nil {
-			return nil, err
-		}
+	if err := s.openPublisher(conn); err != nil {
+		return nil, err
 	}
 	if s.deliveries, err = s.ch.Consume(c.spec.queue, s.tag, false, false, false, false, nil); err != nil {
 		return nil, fmt.Errorf("consume queue %q: %w", c.spec.queue, err)
@@ -198,7 +196,8 @@ func (c *consumer) setup(conn *amqp.Connection) (*session, error) {
 	return s, nil
 }
 
-// openPublisher opens the dead-letter channel in confirm mode.
+// openPublisher opens the channel of retry copies and dead letters in
+// confirm mode.
 func (s *session) openPublisher(conn *amqp.Connection) error {
 	var err error
 	if s.pub, err = conn.Channel(); err != nil {
@@ -296,7 +295,7 @@ func (s *session) consume() {
 			s.c.fail(closed("the channel", err))
 			return
 		case err := <-s.pubClosed:
-			s.c.fail(closed("the dead-letter channel", err))
+			s.c.fail(closed("the publishing channel", err))
 			return
 		case <-s.c.ctx.Done():
 			s.stopConsuming()

@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
+	"time"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -19,40 +19,82 @@ import (
 const maxReasonLen = 256
 
 // handle runs one delivery to its outcome: acknowledged after a 2xx answer,
-// dead-lettered or rejected once the retries are spent, or requeued when
-// the session ends or the consumer stops between two attempts.
+// replaced by its retry copy after a failed run while retries are left,
+// dead-lettered or rejected once they are spent, or requeued when the
+// session ends or the consumer stops before it is settled.
+//
+// The count of runs travels with the message: a failed run is followed by
+// a retry copy that carries it (published to the queue with publisher
+// confirms, and only then is the delivery acknowledged), so that neither a
+// lost connection, a broker restart nor a sless restart starts the count
+// again. The copy waits for its retry time unacknowledged, held by the
+// consumer that got it: in the queue for the broker, which delivers it
+// again if the consumer goes away.
 func (s *session) handle(d amqp.Delivery) {
 	defer s.handlers.Done()
 	c := s.c
-	key, check := settledKey(&d)
+	h := historyOf(&d)
+	key, check := settledKey(&d, h.runs)
 	if check {
-		if outcome, ok := c.settled.get(key); ok {
-			s.settleAgain(&d, outcome)
-			return
+		if m, ok := c.memory.get(key); ok {
+			if m.outcome != unsettled {
+				s.settleAgain(&d, m.outcome)
+				return
+			}
+			// A run failed that the copy in hand does not count: its retry
+			// copy could not be published.
+			if m.history.runs > h.runs {
+				h = m.history
+			}
 		}
 	}
 	attempts := c.spec.maxRetries + 1
-	var why string
-	for n := 1; n <= attempts; n++ {
-		if n > 1 && !sleep(s.ctx, c.r.cfg.retry.delay(n-1)) {
+	for h.runs < attempts {
+		if !s.wait(h) {
 			s.requeue(&d)
 			return
 		}
-		if why = s.attempt(&d, n); why == "" {
-			c.settled.add(key, ack)
+		why := s.attempt(&d, h)
+		if why == "" {
+			c.memory.add(key, memo{outcome: ack})
 			s.ack(&d)
 			return
 		}
+		h = h.failed(why, c.r.cfg.retry.delay(h.runs+1))
+		c.memory.add(key, memo{history: h})
+		// The queue's own dead-lettering takes a rejected message as it was
+		// delivered, so that one is republished too, for its headers to
+		// count the last run.
+		if (h.runs < attempts || !s.hasDeadLetterTarget()) && s.republish(&d, key, h) {
+			return
+		}
 	}
-	s.deadLetter(&d, key, why, attempts)
+	s.deadLetter(&d, key, h)
 }
 
-// attempt invokes the function once for d and reports it. It returns why
-// the attempt failed, or "" when it succeeded.
-func (s *session) attempt(d *amqp.Delivery, n int) string {
+// wait waits until the next run of a message with history h may start:
+// until its retry time, but no longer than this trigger's own backoff after
+// h.runs failures, so that a shortened backoff applies to the copies made
+// before and a clock that differs from the copy's maker holds no message
+// for longer. It reports whether the session is still there.
+func (s *session) wait(h history) bool {
+	if h.runs == 0 {
+		return true
+	}
+	d := min(time.Until(h.retryAt), s.c.r.cfg.retry.delay(h.runs))
+	if d <= 0 {
+		return s.ctx.Err() == nil
+	}
+	return sleep(s.ctx, d)
+}
+
+// attempt invokes the function once for d, the run after those of h, and
+// reports it. It returns why the run failed, or "" when it succeeded.
+func (s *session) attempt(d *amqp.Delivery, h history) string {
 	c := s.c
+	n := h.runs + 1
 	c.report(triggers.EventFired, "")
-	resp, err := c.r.inv.Invoke(c.r.ctx, c.request(d, n))
+	resp, err := c.r.inv.Invoke(c.r.ctx, c.request(d, h))
 	var why string
 	switch {
 	case err != nil:
@@ -72,8 +114,8 @@ func (s *session) attempt(d *amqp.Delivery, n int) string {
 	return why
 }
 
-// request is the invocation of d's n-th attempt.
-func (c *consumer) request(d *amqp.Delivery, n int) invoke.Request {
+// request is the invocation of d's run after those of h.
+func (c *consumer) request(d *amqp.Delivery, h history) invoke.Request {
 	return invoke.Request{
 		Namespace:   c.key.Namespace,
 		Function:    c.spec.function,
@@ -82,23 +124,48 @@ func (c *consumer) request(d *amqp.Delivery, n int) invoke.Request {
 		Body:        d.Body,
 		TriggerKind: invoke.KindRabbitMQ,
 		TriggerName: c.key.Name,
-		TriggerMeta: map[string]any{"message": messageMeta(d, c.spec.queue, n)},
+		TriggerMeta: map[string]any{"message": messageMeta(d, c.spec.queue, h)},
 	}
 }
 
-// deadLetter takes d out of the queue after its last attempt failed:
-// published to the trigger's dead-letter exchange or queue and then
-// acknowledged, or, with neither, rejected.
-func (s *session) deadLetter(d *amqp.Delivery, key string, why string, attempts int) {
+// republish replaces d in its queue by its retry copy, carrying h: the
+// copy is published through the default exchange, so that it reaches this
+// queue only, and d is acknowledged once the broker confirmed the copy. A
+// crash in between leaves both, and the message runs once more than it
+// should; the other order could lose it. It reports whether d was
+// replaced; when it was not (the connection is lost, or the broker refused
+// the copy), the caller keeps d and retries it in place, and the memory
+// holds the count for a redelivery.
+func (s *session) republish(d *amqp.Delivery, key string, h history) bool {
 	c := s.c
-	if s.pub == nil {
-		c.settled.add(key, reject)
+	if err := s.publish("", c.spec.queue, retryCopy(d, c.key, h)); err != nil {
+		c.log.Warn("could not republish the message for its retry; retrying it in place", "message_id", d.MessageId, "error", c.scrub.scrub(err.Error()))
+		return false
+	}
+	c.memory.add(key, memo{outcome: ack})
+	s.ack(d)
+	return true
+}
+
+// hasDeadLetterTarget reports whether the trigger publishes dead letters
+// rather than rejecting them.
+func (s *session) hasDeadLetterTarget() bool {
+	return s.c.spec.deadLetterExchange != "" || s.c.spec.deadLetterQueue != ""
+}
+
+// deadLetter takes d out of the queue after the runs of h failed and no
+// retry is left: published to the trigger's dead-letter exchange or queue
+// and then acknowledged, or, with neither, rejected.
+func (s *session) deadLetter(d *amqp.Delivery, key string, h history) {
+	c := s.c
+	if !s.hasDeadLetterTarget() {
+		c.memory.add(key, memo{outcome: reject})
 		s.reject(d)
-		c.report(triggers.EventDeadLettered, fmt.Sprintf("rejected after %d attempts (%s); the queue's own dead-letter settings apply", attempts, why))
+		c.report(triggers.EventDeadLettered, fmt.Sprintf("rejected after %d attempts (%s); the queue's own dead-letter settings apply", h.runs, h.why))
 		return
 	}
-	exchange, routingKey, target := s.deadLetterTarget(d)
-	msg := deadLetterMessage(d, c.key, why, attempts)
+	exchange, routingKey, target := s.deadLetterTarget(h)
+	msg := deadLetterMessage(d, c.key, h)
 	for n := 1; ; n++ {
 		err := s.publish(exchange, routingKey, msg)
 		if err == nil {
@@ -113,52 +180,26 @@ func (s *session) deadLetter(d *amqp.Delivery, key string, why string, attempts 
 			return
 		}
 	}
-	c.settled.add(key, ack)
+	c.memory.add(key, memo{outcome: ack})
 	s.ack(d)
-	c.log.Warn("message dead-lettered", "message_id", d.MessageId, "attempts", attempts, "reason", why, "to", target)
-	c.report(triggers.EventDeadLettered, fmt.Sprintf("after %d attempts (%s): published to %s", attempts, why, target))
+	c.log.Warn("message dead-lettered", "message_id", d.MessageId, "attempts", h.runs, "reason", h.why, "to", target)
+	c.report(triggers.EventDeadLettered, fmt.Sprintf("after %d attempts (%s): published to %s", h.runs, h.why, target))
 }
 
-// deadLetterTarget returns where dead letters go: the dead-letter exchange
-// with the message's routing key when there is one, else the dead-letter
-// queue through the default exchange; and how to name that in messages.
-func (s *session) deadLetterTarget(d *amqp.Delivery) (exchange, routingKey, target string) {
+// deadLetterTarget returns where the dead letter of a message with
+// history h goes: the dead-letter exchange with the message's original
+// routing key when there is one, else the dead-letter queue through the
+// default exchange; and how to name that in messages.
+func (s *session) deadLetterTarget(h history) (exchange, routingKey, target string) {
 	if x := s.c.spec.deadLetterExchange; x != "" {
-		return x, d.RoutingKey, fmt.Sprintf("exchange %q", x)
+		return x, h.routingKey, fmt.Sprintf("exchange %q", x)
 	}
 	q := s.c.spec.deadLetterQueue
 	return "", q, fmt.Sprintf("queue %q", q)
 }
 
-// deadLetterMessage is d as it is dead-lettered: its body and properties,
-// and headers saying why. The expiration and the user id are left out: a
-// TTL would expire the dead letter, and the broker refuses a user id other
-// than the publishing connection's.
-func deadLetterMessage(d *amqp.Delivery, key triggers.Key, why string, attempts int) amqp.Publishing {
-	headers := make(amqp.Table, len(d.Headers)+4)
-	maps.Copy(headers, d.Headers)
-	headers["x-sless-error"] = why
-	headers["x-sless-attempts"] = int32(attempts)
-	headers["x-sless-trigger"] = key.String()
-	headers["x-sless-original-routing-key"] = d.RoutingKey
-	return amqp.Publishing{
-		Headers:         headers,
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    d.DeliveryMode,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		AppId:           d.AppId,
-		Body:            d.Body,
-	}
-}
-
-// publish publishes msg as mandatory and waits for the broker's
-// confirmation. The broker sends the return of an unroutable message before
+// publish publishes msg (a retry copy or a dead letter) as mandatory and
+// waits for the broker's confirmation. The broker sends the return of an unroutable message before
 // its confirmation, so with one publish at a time a return found after the
 // confirmation is this message's. It is part of the in-flight work that a
 // stopping consumer lets finish, so only a Stop out of time interrupts it;

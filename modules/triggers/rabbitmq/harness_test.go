@@ -142,14 +142,12 @@ type harness struct {
 
 // newHarness runs t in parallel with the other tests (each on its vhost)
 // and stops the runner when t ends, checking that no event and no log line
-// has the password of the vhost's URL.
-func newHarness(t *testing.T, a answer) *harness {
+// has the password of the vhost's URL. The runner retries after a few
+// milliseconds, unless opts say otherwise.
+func newHarness(t *testing.T, a answer, opts ...Option) *harness {
 	t.Parallel()
 	h := &harness{t: t, vhost: testenv.RabbitMQ(t), inv: &fakeInvoker{answer: a}, rep: &fakeReporter{}, logs: &testenv.SyncBuffer{}, password: testenvPassword}
-	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h.r = New(h.inv, h.rep, log,
-		WithRetryBackoff(time.Millisecond, 10*time.Millisecond),
-		WithReconnectBackoff(10*time.Millisecond, 100*time.Millisecond))
+	h.r = h.newRunner(opts...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("events: %+v\nrunner log:\n%s", h.rep.all(), h.logs)
@@ -164,6 +162,37 @@ func newHarness(t *testing.T, a answer) *harness {
 		h.checkNoSecret()
 	})
 	return h
+}
+
+// newRunner returns a runner with the harness's fakes and log, and with
+// short delays unless opts set others.
+func (h *harness) newRunner(opts ...Option) *Runner {
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	defaults := []Option{
+		WithRetryBackoff(time.Millisecond, 10*time.Millisecond),
+		WithReconnectBackoff(10*time.Millisecond, 100*time.Millisecond),
+	}
+	return New(h.inv, h.rep, log, append(defaults, opts...)...)
+}
+
+// restart stops the runner, as a stopping server does, and starts a new
+// one with opts and tr.
+func (h *harness) restart(tr *triggers.Trigger, opts ...Option) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := h.r.Stop(ctx); err != nil {
+		h.t.Fatalf("Stop: %v", err)
+	}
+	h.start(tr, opts...)
+}
+
+// start replaces the stopped runner by a new one with opts, which knows
+// nothing of what the first did, and applies tr to it.
+func (h *harness) start(tr *triggers.Trigger, opts ...Option) {
+	h.t.Helper()
+	h.r = h.newRunner(opts...)
+	h.applyReady(tr)
 }
 
 // testenvPassword is the password in the URLs of testenv.RabbitMQ; the

@@ -13,8 +13,9 @@ import (
 )
 
 // messageMeta is the message's metadata as the handler sees it in
-// context.trigger.message, for the n-th attempt.
-func messageMeta(d *amqp.Delivery, queue string, n int) map[string]any {
+// context.trigger.message, for the run after those of h: where the message
+// was first published, whichever copy of it this is.
+func messageMeta(d *amqp.Delivery, queue string, h history) map[string]any {
 	var timestamp any // null when the publisher set none
 	if !d.Timestamp.IsZero() {
 		timestamp = d.Timestamp.UTC().Format(time.RFC3339)
@@ -22,14 +23,14 @@ func messageMeta(d *amqp.Delivery, queue string, n int) map[string]any {
 	return map[string]any{
 		"message_id":     d.MessageId,
 		"correlation_id": d.CorrelationId,
-		"routing_key":    d.RoutingKey,
-		"exchange":       d.Exchange,
+		"routing_key":    h.routingKey,
+		"exchange":       h.exchange,
 		"queue":          queue,
 		"redelivered":    d.Redelivered,
 		"content_type":   d.ContentType,
 		"timestamp":      timestamp,
 		"headers":        jsonTable(d.Headers),
-		"attempt":        n,
+		"attempt":        h.runs + 1,
 	}
 }
 
@@ -83,13 +84,17 @@ func jsonFloat(f float64) any {
 	return f
 }
 
-// settledKey returns the key under which d's outcome is remembered, and
-// whether d is looked up under it: always for a message with a message_id,
-// which names it; and for one without, only when it is redelivered, since
-// a new message equal to an earlier one is legitimate.
-func settledKey(d *amqp.Delivery) (key string, check bool) {
+// settledKey returns the key under which what happened to d is
+// remembered, and whether d is looked up under it. A message with a
+// message_id is named by it and by runs, the failed runs its copy counts:
+// its retry copies have the same id, and each must run. It is always looked
+// up. One without an id is named by its content, headers included, which
+// differ from copy to copy; it is looked up when it is redelivered or a
+// retry copy, since a new message equal to an earlier one is legitimate.
+func settledKey(d *amqp.Delivery, runs int) (key string, check bool) {
 	if d.MessageId != "" {
-		return "id:" + d.MessageId, true
+		// The count first, ended by a colon, cannot be confused with the id.
+		return "id:" + strconv.Itoa(runs) + ":" + d.MessageId, true
 	}
 	h := sha256.New()
 	for _, part := range []string{d.Exchange, d.RoutingKey} {
@@ -101,5 +106,5 @@ func settledKey(d *amqp.Delivery) (key string, check bool) {
 	h.Write([]byte(strconv.Itoa(len(headers)) + ":"))
 	h.Write(headers)
 	h.Write(d.Body)
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), d.Redelivered
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), d.Redelivered || runs > 0
 }

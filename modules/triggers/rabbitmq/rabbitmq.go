@@ -4,28 +4,49 @@
 // The consumer connects in the background and reconnects with backoff when
 // the broker or the network fails, reporting EventError and, once it
 // consumes again, EventHealthy. Deliveries run concurrently, as many as the
-// trigger's prefetch lets the broker send. A failed invocation (an error or
-// a non-2xx answer) is retried in-process with exponential backoff while the
-// message is held unacknowledged; once the retries are spent the message is
-// dead-lettered to the trigger's dead-letter exchange or queue, published
-// with publisher confirms and acknowledged only after the broker confirmed
-// it, or, with neither, rejected so that the queue's own dead-letter
-// settings apply.
+// trigger's prefetch lets the broker send.
+//
+// Retries: the count of a message's runs travels with the message, so that
+// max_retries holds across lost connections, broker restarts and sless
+// restarts. After a failed invocation (an error or a non-2xx answer) with
+// retries left, the consumer publishes a retry copy of the message to its
+// queue (through the default exchange, with publisher confirms) whose
+// headers say how many runs failed (x-sless-attempts), why the last did
+// (x-sless-error), when the next may start (x-sless-retry-at: exponential
+// backoff) and where the message was first published; only once the broker
+// confirmed the copy is the delivery acknowledged. The consumer that gets
+// the copy holds it unacknowledged until its retry time, so that it waits
+// in the broker and goes back to the queue if that consumer goes away. Once
+// the retries are spent the message is dead-lettered to the trigger's
+// dead-letter exchange or queue (published with confirms, then
+// acknowledged), its x-sless-attempts counting every run; with neither, it
+// is republished once more so that its headers count the last run, and
+// then rejected so that the queue's own dead-letter settings apply.
+//
+// Why headers rather than the broker's count: x-delivery-count exists on
+// quorum queues only, and sless declares (and users have) classic durable
+// queues; it also counts redeliveries that ran nothing (a consumer that
+// went away with prefetched messages). The copy's one weakness is the
+// moment between its confirmation and the acknowledgement of the delivery
+// it replaces: a crash there runs the message once more (a run killed by a
+// crash of sless is not counted either); the other order could lose it.
 //
 // Delivery guarantee: at least once, and settled work is not repeated. A
-// message is acknowledged only after an invocation answered 2xx or after it
-// was dead-lettered; until then it is unacknowledged, so a lost connection
-// or a crash returns it to the queue and it runs again. A message whose
-// invocation succeeded but whose acknowledgement was lost (the connection
-// died in between) comes back redelivered; the consumer then acknowledges it
-// without invoking again (and a lost rejection is rejected again). For that
-// each trigger remembers the outcome of the last 10,000 messages it settled:
-// by message_id when they have one, and otherwise by a hash of exchange,
-// routing key, headers and body, which is looked up only for redeliveries,
-// so that a new message that happens to equal an old one still runs. The
-// memory is per process: when the server restarts between an invocation and
-// its acknowledgement, or another replica gets the redelivery, the
-// invocation is repeated.
+// message is acknowledged only after an invocation answered 2xx, after its
+// retry copy or dead letter was confirmed; until then it is unacknowledged,
+// so a lost connection or a crash returns it to the queue and it runs
+// again. A message whose invocation succeeded but whose acknowledgement was
+// lost (the connection died in between) comes back redelivered; the
+// consumer then acknowledges it without invoking again (and a lost
+// rejection is rejected again), and a failed run whose retry copy could not
+// be published is counted on the redelivery. For that each trigger
+// remembers what happened to the last 10,000 messages it handled: by
+// message_id (and the runs its copy counts) when they have one, and
+// otherwise by a hash of exchange, routing key, headers and body, which is
+// looked up only for redeliveries and retry copies, so that a new message
+// that happens to equal an old one still runs. The memory is per process:
+// when the server restarts between an invocation and its acknowledgement,
+// or another replica gets the redelivery, the invocation is repeated.
 //
 // The broker URL's password never appears in logs, events or errors: URLs
 // are shown through RedactURL, and every message is scrubbed of the
@@ -53,10 +74,10 @@ const (
 	DefaultMaxRetries = 3
 )
 
-// settledCapacity is how many settled messages a trigger remembers to
-// recognize their redeliveries; at about a hundred bytes each, 10,000
-// bound the memory to about a megabyte per trigger.
-const settledCapacity = 10_000
+// memoryCapacity is how many handled messages a trigger remembers to
+// recognize their redeliveries; at a few hundred bytes each, 10,000 bound
+// the memory to a few megabytes per trigger.
+const memoryCapacity = 10_000
 
 // backoff is an exponential delay: base after the first failure, doubled
 // after each further one, up to max.
@@ -165,14 +186,14 @@ func (r *Runner) Apply(_ context.Context, t *triggers.Trigger) error {
 	if old != nil && old.spec == s {
 		return nil
 	}
-	settled := newSettledSet(settledCapacity)
+	mem := newMemory(memoryCapacity)
 	if old != nil {
 		old.stop()
-		// The messages the old consumer settled may come back to the new
+		// The messages the old consumer handled may come back to the new
 		// one: their acknowledgements can be lost like any other.
-		settled = old.settled
+		mem = old.memory
 	}
-	c := r.newConsumer(t.Key(), s, settled)
+	c := r.newConsumer(t.Key(), s, mem)
 	r.consumers[t.Key()] = c
 	r.running.Go(c.run)
 	return nil

@@ -142,6 +142,7 @@ func TestDeadLetterQueue(t *testing.T) {
 		"x-sless-error":                "status 500: boom",
 		"x-sless-attempts":             int32(3),
 		"x-sless-trigger":              "shop/orders",
+		"x-sless-original-exchange":    "",
 		"x-sless-original-routing-key": "jobs",
 	}
 	if diff := cmp.Diff(want, d.Headers); diff != "" {
@@ -214,8 +215,8 @@ func TestRejectWithoutDeadLetterTarget(t *testing.T) {
 	h.waitEvents(triggers.EventDeadLettered, "rejected after 2 attempts (status 500: boom)", 1)
 	h.waitCounts("jobs", 0, 0)
 	d := h.get("parked")
-	if string(d.Body) != "x" || d.Headers["x-death"] == nil {
-		t.Errorf("parked message %q with headers %v; want the message with x-death", d.Body, d.Headers)
+	if string(d.Body) != "x" || d.Headers["x-death"] == nil || d.Headers["x-sless-attempts"] != int32(2) {
+		t.Errorf("parked message %q with headers %v; want the message with x-death and 2 attempts", d.Body, d.Headers)
 	}
 }
 

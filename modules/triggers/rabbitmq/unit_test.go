@@ -27,20 +27,20 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-func TestSettledSet(t *testing.T) {
-	s := newSettledSet(2)
-	s.add("a", ack)
-	s.add("b", reject)
-	s.add("a", ack) // a is now the most recent
-	s.add("c", ack) // evicts b
+func TestMemory(t *testing.T) {
+	s := newMemory(2)
+	s.add("a", memo{outcome: ack})
+	s.add("b", memo{outcome: reject})
+	s.add("a", memo{outcome: ack})              // a is now the most recent
+	s.add("c", memo{history: history{runs: 1}}) // evicts b
 	for key, want := range map[string]bool{"a": true, "b": false, "c": true} {
 		if _, ok := s.get(key); ok != want {
 			t.Errorf("get(%q) found %t; want %t", key, ok, want)
 		}
 	}
-	s.add("a", reject)
-	if o, _ := s.get("a"); o != reject {
-		t.Errorf("get(a) = %v after it was settled again; want reject", o)
+	s.add("c", memo{outcome: reject})
+	if m, _ := s.get("c"); m.outcome != reject {
+		t.Errorf("get(c) = %v after it was settled; want reject", m.outcome)
 	}
 }
 
@@ -79,14 +79,25 @@ func TestSettledKey(t *testing.T) {
 		}
 		return d
 	}
-	if key, check := settledKey(msg(func(d *amqp.Delivery) { d.MessageId = "m" })); key != "id:m" || !check {
-		t.Errorf("with a message id: %q, check %t; want id:m, checked", key, check)
+	withID := msg(func(d *amqp.Delivery) { d.MessageId = "m" })
+	first, check := settledKey(withID, 0)
+	if !check {
+		t.Error("a message with an id is not looked up")
 	}
-	plain, check := settledKey(msg(nil))
+	if retried, check := settledKey(withID, 1); retried == first || !check {
+		t.Errorf("a retry copy with an id: key %q, check %t; want another key than the first delivery's, checked", retried, check)
+	}
+	if other, _ := settledKey(msg(func(d *amqp.Delivery) { d.MessageId = "1:m" }), 0); other == first {
+		t.Error("message ids m and 1:m give the same key")
+	}
+	plain, check := settledKey(msg(nil), 0)
 	if check {
 		t.Error("a first delivery without a message id is looked up; only redeliveries should be")
 	}
-	redelivered, check := settledKey(msg(func(d *amqp.Delivery) { d.Redelivered = true; d.DeliveryTag = 9 }))
+	if _, check := settledKey(msg(nil), 1); !check {
+		t.Error("a retry copy without a message id is not looked up")
+	}
+	redelivered, check := settledKey(msg(func(d *amqp.Delivery) { d.Redelivered = true; d.DeliveryTag = 9 }), 0)
 	if !check || redelivered != plain {
 		t.Errorf("a redelivery: key %q, check %t; want the first delivery's key %q, checked", redelivered, check, plain)
 	}
@@ -97,7 +108,7 @@ func TestSettledKey(t *testing.T) {
 		"header":      func(d *amqp.Delivery) { d.Headers["a"] = "2" },
 		"boundary":    func(d *amqp.Delivery) { d.Exchange, d.RoutingKey = "xk", "" },
 	} {
-		if key, _ := settledKey(msg(edit)); key == plain {
+		if key, _ := settledKey(msg(edit), 0); key == plain {
 			t.Errorf("another %s gives the same key", name)
 		}
 	}
@@ -120,25 +131,74 @@ func TestTruncate(t *testing.T) {
 	}
 }
 
-func TestDeadLetterMessage(t *testing.T) {
+func TestRepublished(t *testing.T) {
 	d := &amqp.Delivery{
 		Headers: amqp.Table{"k": "v"}, ContentType: "text/plain", DeliveryMode: amqp.Persistent,
-		MessageId: "m", Expiration: "60000", UserId: "someone", RoutingKey: "rk", Body: []byte("b"),
+		MessageId: "m", Expiration: "60000", UserId: "someone", Exchange: "shop", RoutingKey: "order.new", Body: []byte("b"),
 	}
-	p := deadLetterMessage(d, triggers.Key{Namespace: "ns", Name: "t"}, "status 500", 4)
+	key := triggers.Key{Namespace: "ns", Name: "t"}
+	h := historyOf(d).failed("status 500", time.Minute)
+	p := retryCopy(d, key, h)
 	if p.Expiration != "" || p.UserId != "" {
-		t.Errorf("dead letter keeps expiration %q and user id %q; want neither", p.Expiration, p.UserId)
+		t.Errorf("retry copy keeps expiration %q and user id %q; want neither", p.Expiration, p.UserId)
 	}
-	if p.DeliveryMode != amqp.Persistent || p.MessageId != "m" || string(p.Body) != "b" {
-		t.Errorf("dead letter %+v; want the original's properties and body", p)
+	if p.DeliveryMode != amqp.Persistent || p.MessageId != "m" || p.ContentType != "text/plain" || string(p.Body) != "b" {
+		t.Errorf("retry copy %+v; want the original's properties and body", p)
 	}
-	if _, ok := d.Headers["x-sless-error"]; ok {
-		t.Error("deadLetterMessage changed the delivery's headers")
+	if len(d.Headers) != 1 {
+		t.Errorf("retryCopy changed the delivery's headers: %v", d.Headers)
 	}
 	if err := p.Headers.Validate(); err != nil {
 		t.Errorf("headers: %v", err)
 	}
-	if got := p.Headers["x-sless-trigger"]; got != "ns/t" {
-		t.Errorf("x-sless-trigger = %v; want ns/t", got)
+
+	// The copy comes back through the default exchange, with its history.
+	copied := &amqp.Delivery{Headers: p.Headers, RoutingKey: "jobs", MessageId: "m", Body: p.Body}
+	got := historyOf(copied)
+	want := history{runs: 1, why: "status 500", retryAt: time.UnixMilli(h.retryAt.UnixMilli()), exchange: "shop", routingKey: "order.new"}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(history{})); diff != "" {
+		t.Errorf("history of the copy (-want +got):\n%s", diff)
+	}
+
+	dead := deadLetterMessage(copied, key, got.failed("status 502", time.Minute))
+	if diff := cmp.Diff(amqp.Table{
+		"k":                            "v",
+		"x-sless-error":                "status 502",
+		"x-sless-attempts":             int32(2),
+		"x-sless-trigger":              "ns/t",
+		"x-sless-original-exchange":    "shop",
+		"x-sless-original-routing-key": "order.new",
+	}, dead.Headers); diff != "" {
+		t.Errorf("dead letter's headers (-want +got):\n%s", diff)
+	}
+	// A dead letter published to the queue again runs afresh.
+	replayed := historyOf(&amqp.Delivery{Headers: dead.Headers, RoutingKey: "jobs"})
+	if replayed.runs != 0 || replayed.routingKey != "jobs" {
+		t.Errorf("history of a replayed dead letter %+v; want no runs, and where it was published", replayed)
+	}
+}
+
+func TestHistoryOfHeaders(t *testing.T) {
+	at := time.UnixMilli(1_700_000_000_123)
+	for _, tc := range []struct {
+		name    string
+		headers amqp.Table
+		want    history
+	}{
+		{"first publication", nil, history{exchange: "x", routingKey: "k"}},
+		{"count without retry time", amqp.Table{"x-sless-attempts": int32(2)}, history{exchange: "x", routingKey: "k"}},
+		{"retry copy", amqp.Table{"x-sless-attempts": int32(2), "x-sless-retry-at": at.UnixMilli(), "x-sless-error": "e", "x-sless-original-exchange": "", "x-sless-original-routing-key": "o"},
+			history{runs: 2, why: "e", retryAt: at, exchange: "", routingKey: "o"}},
+		{"other integer types", amqp.Table{"x-sless-attempts": uint8(3), "x-sless-retry-at": int64(at.UnixMilli())},
+			history{runs: 3, retryAt: at, exchange: "x", routingKey: "k"}},
+		{"count that is no integer", amqp.Table{"x-sless-attempts": "2", "x-sless-retry-at": at.UnixMilli()},
+			history{retryAt: at, exchange: "x", routingKey: "k"}},
+		{"negative count", amqp.Table{"x-sless-attempts": int16(-4), "x-sless-retry-at": at.UnixMilli()},
+			history{retryAt: at, exchange: "x", routingKey: "k"}},
+	} {
+		got := historyOf(&amqp.Delivery{Headers: tc.headers, Exchange: "x", RoutingKey: "k"})
+		if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(history{})); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
 	}
 }
