@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestRabbitMQTrigger(t *testing.T) {
 	s.mustCLI("deploy", dir, "--name", "consumer", "--runtime", "python3.11", "--http=false")
 	s.mustCLI("trigger", "create", "orders", "--function", "consumer", "--type", "rabbitmq", "--url", vhost.URL,
 		"--queue", "orders", "--max-retries", "1", "--dead-letter-queue", "orders-failed")
-	s.waitFor("the consumer to connect", func() bool { return s.getTrigger("orders").Status.Phase == "Active" })
+	waitConsuming(s, vhost, "orders", "orders")
 	if out := s.mustCLI("trigger", "get", "orders"); strings.Contains(out, "guest:guest") || !strings.Contains(out, "***") {
 		t.Errorf("the broker password is shown:\n%s", out)
 	}
@@ -87,4 +88,109 @@ func TestRabbitMQTrigger(t *testing.T) {
 	}
 	publish(`{"n": 3}`)
 	s.waitFor("a message after the forced close to be processed", func() bool { return len(byStatus("success")) == 2 })
+}
+
+// TestRabbitMQRetriesSurviveRestarts checks that max_retries holds when
+// sless restarts and the broker drops its connections between the runs of
+// a failing message: it runs exactly max_retries+1 times, as attempts 1 to
+// 3, and its dead letter counts them.
+func TestRabbitMQRetriesSurviveRestarts(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	s := startServer(t, serverOptions{})
+	dir := writeTree(t, map[string]string{"handler.py": `def handle(event, context):
+    print("attempt", context.trigger["message"]["attempt"])
+    raise RuntimeError("refused")
+`})
+	s.mustCLI("deploy", dir, "--name", "refuser", "--runtime", "python3.11", "--http=false")
+	s.mustCLI("trigger", "create", "orders", "--function", "refuser", "--type", "rabbitmq", "--url", vhost.URL,
+		"--queue", "orders", "--max-retries", "2", "--dead-letter-queue", "orders-failed")
+	waitConsuming(s, vhost, "orders", "orders")
+
+	publishOnce(t, vhost.URL, "orders", amqp.Publishing{ContentType: "application/json", Body: []byte(`{}`), MessageId: "m-1"})
+	failed := func() []record { return s.invocations("triggers/orders/invocations?status=error") }
+	s.waitFor("the first run", func() bool { return len(failed()) >= 1 })
+	s.restart()
+	s.waitFor("the second run", func() bool { return len(failed()) >= 2 })
+	if err := vhost.CloseConnections("test: broker restart"); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("the message in the dead-letter queue", func() bool {
+		ready, unacked, err := vhost.QueueCounts("orders")
+		dead, _, errDead := vhost.QueueCounts("orders-failed")
+		return err == nil && errDead == nil && ready == 0 && unacked == 0 && dead == 1
+	})
+
+	var attempts []string
+	for _, rec := range failed() {
+		// The first line; the traceback follows.
+		first, _, _ := strings.Cut(s.waitInvocation(rec.ID).Logs, "\n")
+		attempts = append(attempts, first)
+	}
+	slices.Sort(attempts)
+	if want := []string{"attempt 1", "attempt 2", "attempt 3"}; !slices.Equal(attempts, want) {
+		t.Errorf("runs logged %q; want %q", attempts, want)
+	}
+	conn, err := amqp.Dial(vhost.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get("orders-failed", true)
+	if err != nil || !ok {
+		t.Fatalf("get the dead letter: %v, %t", err, ok)
+	}
+	if d.Headers["x-sless-attempts"] != int32(3) || d.MessageId != "m-1" {
+		t.Errorf("dead letter %q with headers %v; want m-1 with 3 attempts", d.MessageId, d.Headers)
+	}
+}
+
+// publishOnce publishes msg to queue through the default exchange on a
+// connection of its own, and waits for the broker's confirmation.
+func publishOnce(t *testing.T, url, queue string, msg amqp.Publishing) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked, err := confirm.WaitContext(ctx); err != nil || !acked {
+		t.Fatalf("publish to queue %s: confirmed %t, %v", queue, acked, err)
+	}
+	// The broker sends the return of an unroutable message before its
+	// confirmation.
+	select {
+	case <-returns:
+		t.Fatalf("publish to queue %s: no such queue", queue)
+	default:
+	}
+}
+
+// waitConsuming waits until trigger is Active and its queue exists: Active
+// says the trigger is applied, and its consumer connects in the background,
+// declaring the queue, which a message published before would not reach.
+func waitConsuming(s *server, vhost testenv.RabbitMQVhost, trigger, queue string) {
+	s.t.Helper()
+	s.waitFor("the trigger to be active", func() bool { return s.getTrigger(trigger).Status.Phase == "Active" })
+	s.waitFor("queue "+queue+" to be declared", func() bool {
+		_, _, err := vhost.QueueCounts(queue)
+		return err == nil
+	})
 }
