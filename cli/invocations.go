@@ -73,12 +73,12 @@ func newInvocationsCmd(g *globals) *cobra.Command {
 		Short: "List a function's invocations, newest first",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client, ns string) error {
-			items, next, err := c.ListInvocations(cmd.Context(), ns, args[0], q)
+			items, more, err := c.ListInvocations(cmd.Context(), ns, args[0], q)
 			if err != nil {
 				return err
 			}
 			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"items": items, "next": next})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"items": items, "continue": more})
 			}
 			t := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(t, "ID\tSTARTED\tDURATION\tSTATUS\tTRIGGER\tCOLD\tERROR")
@@ -93,8 +93,8 @@ func newInvocationsCmd(g *globals) *cobra.Command {
 			if err := t.Flush(); err != nil {
 				return err
 			}
-			if next != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --before %s\n", next)
+			if more != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more: --continue %s\n", more)
 			}
 			return nil
 		}),
@@ -104,7 +104,7 @@ func newInvocationsCmd(g *globals) *cobra.Command {
 	fl.StringVar(&q.TriggerKind, "trigger-kind", "", "http, cron, rabbitmq, job or cli")
 	fl.StringVar(&q.TriggerName, "trigger", "", "name of the trigger or job")
 	fl.IntVar(&q.Limit, "limit", 20, "page size")
-	fl.StringVar(&q.Before, "before", "", "cursor of the next page")
+	fl.StringVar(&q.Continue, "continue", "", "continue token of the next page (printed after a full page)")
 	return cmd
 }
 

@@ -359,11 +359,11 @@ func (c *Client) Invoke(ctx context.Context, ns, name string, body []byte) (*Inv
 }
 
 // ListInvocations returns a page of the invocations of function name that
-// q selects (q.Function is not used), newest first, and the cursor of the
-// next page.
+// q selects (q.Function is not used), newest first, and the continue token
+// of the next page.
 func (c *Client) ListInvocations(ctx context.Context, ns, name string, q invoke.Query) ([]*invoke.Record, string, error) {
 	v := url.Values{}
-	for k, s := range map[string]string{"status": q.Status, "trigger_kind": q.TriggerKind, "trigger_name": q.TriggerName, "before": q.Before} {
+	for k, s := range map[string]string{"status": q.Status, "trigger_kind": q.TriggerKind, "trigger_name": q.TriggerName, "continue": q.Continue} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -372,11 +372,11 @@ func (c *Client) ListInvocations(ctx context.Context, ns, name string, q invoke.
 		v.Set("limit", fmt.Sprint(q.Limit))
 	}
 	var page struct {
-		Items []*invoke.Record `json:"items"`
-		Next  string           `json:"next"`
+		Items    []*invoke.Record `json:"items"`
+		Continue string           `json:"continue"`
 	}
 	err := c.doJSON(ctx, http.MethodGet, objPath("functions", ns, name)+"/invocations?"+v.Encode(), nil, &page)
-	return page.Items, page.Next, err
+	return page.Items, page.Continue, err
 }
 
 // GetInvocation returns one invocation with its logs.

@@ -255,7 +255,8 @@ func AsRoutes(ctor any) any {
 	return fx.Annotate(ctor, fx.As(new(Routes)), fx.ResultTags(RoutesGroup))
 }
 
-// ListResponse is the body of a list call of objects ordered by name.
+// ListResponse is the body of every list call: a page of items and, when
+// more follow, the token that gets the next page.
 type ListResponse[T any] struct {
 	Items []T `json:"items"`
 	// Continue, when set, is passed as ?continue= to get the next page.

@@ -66,8 +66,9 @@ type Query struct {
 	TriggerKind, TriggerName string
 	// Limit is the page size; 0 means 50, at most 500 (validation.PageSize).
 	Limit int
-	// Before is a cursor: the id of the last record of the previous page.
-	Before string
+	// Continue is the continue token of the previous page: its last
+	// record's id.
+	Continue string
 }
 
 // Ledger records invocations. Implementations are safe for concurrent use.

@@ -168,7 +168,7 @@ func listAll(t *testing.T, l invoke.Ledger, ns string, q invoke.Query) (all []st
 		if next != page[len(page)-1].ID {
 			t.Fatalf("next %q is not the last id of the page %q", next, page[len(page)-1].ID)
 		}
-		q.Before = next
+		q.Continue = next
 		if len(sizes) > 100 {
 			t.Fatal("more than 100 pages: the cursor does not advance")
 		}
@@ -315,7 +315,7 @@ func runSuite(t *testing.T, newURL func(t testing.TB) string) {
 				return r.Function == "b" && r.StatusCode >= 400 && r.TriggerKind == "cron"
 			}},
 			{invoke.Query{Function: "missing"}, func(r *invoke.Record) bool { return false }},
-			{invoke.Query{Before: recs[4].ID}, func(r *invoke.Record) bool { return r.ID < recs[4].ID }},
+			{invoke.Query{Continue: recs[4].ID}, func(r *invoke.Record) bool { return r.ID < recs[4].ID }},
 		} {
 			got, _ := listAll(t, l, "ns", tc.q)
 			if diff := cmp.Diff(newestFirst(recs, tc.keep), got); diff != "" {
@@ -331,8 +331,8 @@ func runSuite(t *testing.T, newURL func(t testing.TB) string) {
 			{invoke.Query{Status: "600"}, "status"},
 			{invoke.Query{Status: "99"}, "status"},
 			{invoke.Query{TriggerKind: "webhook"}, "trigger_kind"},
-			{invoke.Query{Before: "not-an-id"}, "before"},
-			{invoke.Query{Before: strings.ToUpper(recs[0].ID)}, "before"},
+			{invoke.Query{Continue: "not-an-id"}, "continue"},
+			{invoke.Query{Continue: strings.ToUpper(recs[0].ID)}, "continue"},
 		} {
 			_, _, err := l.List(t.Context(), "ns", tc.q)
 			var ve *validation.Errors

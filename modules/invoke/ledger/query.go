@@ -34,8 +34,8 @@ func validateQuery(q invoke.Query) error {
 	if q.TriggerKind != "" && !slices.Contains(triggerKinds, q.TriggerKind) {
 		errs.Add("trigger_kind", "must be one of %s (got %q)", strings.Join(triggerKinds, ", "), q.TriggerKind)
 	}
-	if q.Before != "" && !isCanonicalUUID(q.Before) {
-		errs.Add("before", "must be the next cursor of a previous page, an invocation id (got %q)", q.Before)
+	if q.Continue != "" && !isCanonicalUUID(q.Continue) {
+		errs.Add("continue", "must be the continue token of a previous page, an invocation id (got %q)", q.Continue)
 	}
 	return errs.Err()
 }
@@ -85,8 +85,8 @@ func filter(tx *gorm.DB, q invoke.Query) *gorm.DB {
 	if q.TriggerName != "" {
 		tx = tx.Where("trigger_name = ?", q.TriggerName)
 	}
-	if q.Before != "" {
-		tx = tx.Where("id < ?", q.Before)
+	if q.Continue != "" {
+		tx = tx.Where("id < ?", q.Continue)
 	}
 	return tx
 }

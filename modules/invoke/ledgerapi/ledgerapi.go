@@ -40,18 +40,10 @@ func (a *API) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
 
 func (a *API) handle(h httpx.HandlerFunc) gin.HandlerFunc { return httpx.Handle(a.log, h) }
 
-// ListResponse is the body of a list call.
-type ListResponse struct {
-	// Items are the invocations without their logs, newest first.
-	Items []*invoke.Record `json:"items"`
-	// Next, when set, is passed as ?before= to get the next page.
-	Next string `json:"next,omitempty"`
-}
-
 // The query parameters of the list calls: the namespace-wide list also
 // selects a function.
 var (
-	functionParams  = []string{"limit", "before", "status", "trigger_kind", "trigger_name"}
+	functionParams  = []string{"limit", "continue", "status", "trigger_kind", "trigger_name"}
 	namespaceParams = append(slices.Clip(functionParams), "function")
 )
 
@@ -73,8 +65,10 @@ func (a *API) listNamespace(c *gin.Context) error {
 	return WriteList(c, a.ledger, q)
 }
 
-// WriteList answers with a page of q in the namespace of the URL's :ns. The
-// ledger checks the values of status, trigger_kind and before: a
+// WriteList answers with a page of q in the namespace of the URL's :ns, the
+// invocations without their logs, newest first, paged like every list
+// (httpx.ListResponse). The ledger checks the values of status,
+// trigger_kind and continue: a
 // *validation.Errors, which names the parameter, becomes a 400.
 func WriteList(c *gin.Context, ledger invoke.Ledger, q invoke.Query) error {
 	items, next, err := ledger.List(c, c.Param("ns"), q)
@@ -84,7 +78,7 @@ func WriteList(c *gin.Context, ledger invoke.Ledger, q invoke.Query) error {
 	if items == nil {
 		items = []*invoke.Record{}
 	}
-	c.JSON(http.StatusOK, ListResponse{Items: items, Next: next})
+	c.JSON(http.StatusOK, httpx.ListResponse[*invoke.Record]{Items: items, Continue: next})
 	return nil
 }
 
@@ -99,7 +93,7 @@ func ParseQuery(c *gin.Context, allowed []string) (invoke.Query, error) {
 	}
 	q := invoke.Query{
 		Status: c.Query("status"), TriggerKind: c.Query("trigger_kind"), TriggerName: c.Query("trigger_name"),
-		Before: c.Query("before"),
+		Continue: c.Query("continue"),
 	}
 	if s, ok := c.GetQuery("limit"); ok {
 		n, err := strconv.Atoi(s)

@@ -88,7 +88,7 @@ func (f *fixture) get(t *testing.T, path string) (int, []byte) {
 	return rec.Code, rec.Body.Bytes()
 }
 
-// listAll follows next from path and returns the ids of all pages and the
+// listAll follows the continue tokens from path and returns the ids of all pages and the
 // size of each page.
 func (f *fixture) listAll(t *testing.T, path string) (ids []string, sizes []int) {
 	t.Helper()
@@ -96,13 +96,13 @@ func (f *fixture) listAll(t *testing.T, path string) (ids []string, sizes []int)
 	for range 100 {
 		p := path
 		if next != "" {
-			p += "&before=" + next
+			p += "&continue=" + next
 		}
 		code, body := f.get(t, p)
 		if code != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", p, code, body)
 		}
-		var page ledgerapi.ListResponse
+		var page httpx.ListResponse[*invoke.Record]
 		if err := json.Unmarshal(body, &page); err != nil {
 			t.Fatal(err)
 		}
@@ -113,9 +113,9 @@ func (f *fixture) listAll(t *testing.T, path string) (ids []string, sizes []int)
 			ids = append(ids, r.ID)
 		}
 		sizes = append(sizes, len(page.Items))
-		if next = page.Next; next == "" {
-			if strings.Contains(string(body), `"next"`) {
-				t.Errorf("GET %s: the last page has a next field: %s", p, body)
+		if next = page.Continue; next == "" {
+			if strings.Contains(string(body), `"continue"`) {
+				t.Errorf("GET %s: the last page has a continue token: %s", p, body)
 			}
 			return ids, sizes
 		}
@@ -169,7 +169,7 @@ func TestList(t *testing.T) {
 
 	// Without a limit, a page has 50 items, and no items is an empty list.
 	for path, want := range map[string]string{
-		"/v1/namespaces/ns/invocations":   `"next":"` + f.recs[70].ID + `"`,
+		"/v1/namespaces/ns/invocations":   `"continue":"` + f.recs[70].ID + `"`,
 		"/v1/namespaces/none/invocations": `{"items":[]}`,
 	} {
 		if code, body := f.get(t, path); code != http.StatusOK || !strings.Contains(string(body), want) {
@@ -187,9 +187,9 @@ func TestBadQuery(t *testing.T) {
 		{"/v1/namespaces/ns/invocations?status=failed", `status: must be \"success\", \"error\" or an HTTP status code from 100 to 599 (got \"failed\")`},
 		{"/v1/namespaces/ns/invocations?status=600", `status: must be`},
 		{"/v1/namespaces/ns/invocations?trigger_kind=webhook", `trigger_kind: must be one of http, cron, rabbitmq, job, cli (got \"webhook\")`},
-		{"/v1/namespaces/ns/invocations?before=abc", `before: must be the next cursor of a previous page`},
-		{"/v1/namespaces/ns/invocations?stauts=error", `stauts: is not a parameter of this call; use limit, before, status, trigger_kind, trigger_name, function`},
-		{"/v1/namespaces/ns/functions/a/invocations?function=b", `function: is not a parameter of this call; use limit, before, status, trigger_kind, trigger_name"`},
+		{"/v1/namespaces/ns/invocations?continue=abc", `continue: must be the continue token of a previous page`},
+		{"/v1/namespaces/ns/invocations?stauts=error", `stauts: is not a parameter of this call; use limit, continue, status, trigger_kind, trigger_name, function`},
+		{"/v1/namespaces/ns/functions/a/invocations?function=b", `function: is not a parameter of this call; use limit, continue, status, trigger_kind, trigger_name"`},
 	} {
 		code, body := f.get(t, tc.path)
 		if code != http.StatusBadRequest || !strings.Contains(string(body), tc.want) {
