@@ -117,6 +117,34 @@ func TestInvocationEdges(t *testing.T) {
 			}
 		})
 
+		t.Run(fn+" expect 100-continue", func(t *testing.T) {
+			// Each call must get its own answer: a 100 Continue from the
+			// instance once passed for the answer, and the real one went to
+			// the next caller.
+			for i, method := range []string{"POST", "GET", "POST", "GET"} {
+				var body io.Reader
+				if method == "POST" {
+					body = strings.NewReader(`{"pad": "` + strings.Repeat("a", 100_000) + `"}`)
+				}
+				req, err := http.NewRequest(method, s.endpoint+"/fn/default/"+fn, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if method == "POST" {
+					req.Header.Set("Expect", "100-continue")
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+				data, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if want := fmt.Sprintf(`{"method":%q}`, method); resp.StatusCode != 200 || string(data) != want {
+					t.Errorf("call %d (%s): got %d %q; want 200 %s", i, method, resp.StatusCode, data, want)
+				}
+			}
+		})
+
 		if fn == "edge-node" {
 			t.Run(fn+" error thrown after the handler returned fails nothing", func(t *testing.T) {
 				if code, _, body := s.post("/fn/default/"+fn, `{"mode": "stray"}`); code != 200 || body != `"returned"` {

@@ -195,7 +195,8 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 	if head.chunked && reusable {
 		// The chunked reader stops at the last chunk; the trailer section
 		// (ignored) ends the response.
-		if err := skipTrailer(cn.br); err != nil {
+		budget := MaxHeadBytes
+		if err := skipFields(cn.br, &budget); err != nil {
 			res.Err = connErr("reading the response trailer", err)
 			return res, false, nil
 		}
@@ -212,10 +213,12 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 type writerOnly struct{ io.Writer }
 
 // hopHeaders are connection-level headers that a proxy does not forward.
+// Expect is among them: the server has answered the client's 100-continue,
+// and the body follows the request head to the instance at once.
 var hopHeaders = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
 	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
-	"Upgrade": true, "Content-Length": true, "Host": true,
+	"Upgrade": true, "Content-Length": true, "Host": true, "Expect": true,
 }
 
 // ProtocolHeaderPrefix starts the headers of the instance protocol, which
@@ -339,17 +342,20 @@ type head struct {
 func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 	h := head{contentLength: -1}
 	budget := MaxHeadBytes
-	line, err := readLine(br, &budget)
+	var err error
+	for {
+		h.status, err = readStatusLine(br, &budget)
+		if err != nil || h.status >= 200 {
+			break
+		}
+		// An interim response (100 Continue, 103 Early Hints) precedes the
+		// real one: skip it, headers and all.
+		if err = skipFields(br, &budget); err != nil {
+			break
+		}
+	}
 	if err != nil {
 		return h, err
-	}
-	// "HTTP/1.1 200 OK"
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
-		return h, fmt.Errorf("malformed status line %q", line)
-	}
-	h.status, err = strconv.Atoi(string(line[9:12]))
-	if err != nil || h.status < 100 || h.status > 999 {
-		return h, fmt.Errorf("malformed status line %q", line)
 	}
 	for {
 		line, err := readLine(br, &budget)
@@ -391,6 +397,22 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 	}
 }
 
+// readStatusLine reads "HTTP/1.1 200 OK" and returns the status.
+func readStatusLine(br *bufio.Reader, budget *int) (int, error) {
+	line, err := readLine(br, budget)
+	if err != nil {
+		return 0, err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
+		return 0, fmt.Errorf("malformed status line %q", truncateLine(line))
+	}
+	status, err := strconv.Atoi(string(line[9:12]))
+	if err != nil || status < 100 || status > 999 || status == http.StatusSwitchingProtocols {
+		return 0, fmt.Errorf("malformed status line %q", truncateLine(line))
+	}
+	return status, nil
+}
+
 // readLine reads one line of the head, charging its length to budget. A
 // line longer than the read buffer is assembled in a fresh slice.
 func readLine(br *bufio.Reader, budget *int) ([]byte, error) {
@@ -412,12 +434,11 @@ func readLine(br *bufio.Reader, budget *int) ([]byte, error) {
 	return bytes.TrimRight(line, "\r\n"), nil
 }
 
-// skipTrailer reads the trailer fields after a chunked body, up to the empty
-// line that ends them.
-func skipTrailer(br *bufio.Reader) error {
-	budget := MaxHeadBytes
+// skipFields reads header or trailer fields up to the empty line that ends
+// them.
+func skipFields(br *bufio.Reader, budget *int) error {
 	for {
-		line, err := readLine(br, &budget)
+		line, err := readLine(br, budget)
 		if err != nil || len(line) == 0 {
 			return err
 		}
@@ -473,7 +494,7 @@ const truncatedMarker = "...[truncated %d bytes]"
 // another response after it.
 func bodyReader(br *bufio.Reader, h head) (io.Reader, bool) {
 	switch {
-	case h.status == http.StatusNoContent || h.status == http.StatusNotModified || h.status < 200:
+	case h.status == http.StatusNoContent || h.status == http.StatusNotModified:
 		return http.NoBody, true
 	case h.chunked:
 		return httputil.NewChunkedReader(br), true

@@ -80,6 +80,11 @@ func do(t *testing.T, c *wire.Client, method string, maxResponse int64) (*wire.R
 	if err != nil {
 		t.Fatal(err)
 	}
+	return send(t, c, req, maxResponse)
+}
+
+func send(t *testing.T, c *wire.Client, req *http.Request, maxResponse int64) (*wire.ResponseBuffer, runtime.Result, error) {
+	t.Helper()
 	var out wire.ResponseBuffer
 	res, err := c.Do(context.Background(), &runtime.Invocation{ID: "inv", Request: req, Path: "/",
 		Deadline: time.Now().Add(10 * time.Second), Trigger: []byte(`{"kind":"http"}`), MaxResponseBytes: maxResponse}, &out)
@@ -234,5 +239,34 @@ func TestBodyCutShort(t *testing.T) {
 	}
 	if !errors.Is(res.Err, runtime.ErrCrashed) || out.StatusCode != 200 || out.Body.String() != "only this" {
 		t.Errorf("got %d %q, Result.Err %v; want 200, the partial body and ErrCrashed", out.StatusCode, out.Body.String(), res.Err)
+	}
+}
+
+func TestInterimResponses(t *testing.T) {
+	// Node.js answers "Expect: 100-continue" itself; an interim response
+	// read as the answer would leave the real one for the next invocation.
+	var n atomic.Int64
+	f := startFake(t, func(r *http.Request) answer {
+		if r.Header.Get("Expect") != "" {
+			t.Errorf("the instance got Expect: %q, want it not forwarded", r.Header.Get("Expect"))
+		}
+		return answer{raw: "HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n" +
+			response("", fmt.Sprintf("answer %d", n.Add(1)))}
+	})
+	c := f.client()
+	defer c.Close()
+	for i := 1; i <= 2; i++ {
+		req, err := http.NewRequest(http.MethodPost, "http://fn/", strings.NewReader("body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Expect", "100-continue")
+		out, _, err := send(t, c, req, 0)
+		if want := fmt.Sprintf("answer %d", i); err != nil || out.StatusCode != 200 || out.Body.String() != want {
+			t.Fatalf("invocation %d: got %v %d %q, want 200 %q", i, err, out.StatusCode, out.Body.String(), want)
+		}
+		if link := out.Header().Get("Link"); link != "" {
+			t.Errorf("invocation %d: Link %q copied from an interim response, want only the final response's headers", i, link)
+		}
 	}
 }
