@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/dustin/go-humanize v1.1.0
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0

@@ -29,6 +29,7 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke/proxy"
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/storage"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
 	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
@@ -56,7 +57,10 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 				BuildTimeout: c.BuildTimeout, UploadLimits: c.BuildLimits,
 				UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4,
 			},
-			runtimefx.Config{Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth}},
+			runtimefx.Config{
+				Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth, Pids: c.InstancePids},
+				Sandbox:  sandboxConfig(c),
+			},
 			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes, MaxResultBytes: c.MaxResultBytes}, Retention: c.InvocationRetention,
 				Journal: journal.Options{Dir: filepath.Join(c.DataDir, "journal"), SyncInterval: c.JournalSync, MaxBytes: c.JournalMaxBytes}},
 			triggersfx.Config{Workers: 4},
@@ -71,6 +75,12 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 		fx.Invoke(func(*server.Server) {}),
 		fx.Options(plugins...),
 	)
+}
+
+// sandboxConfig is the sandbox's part of c, which validate checked.
+func sandboxConfig(c Config) sandbox.Config {
+	first, count, _ := parseUIDRange(c.SandboxUIDs)
+	return sandbox.Config{Mode: sandbox.Mode(c.Sandbox), FirstUID: first, UIDs: count, TmpMB: c.InstanceTmpMB}
 }
 
 func newRegistry() *prometheus.Registry {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
@@ -75,6 +77,17 @@ type Config struct {
 	// ServerCPUs is how many CPUs the server's own code runs on at once
 	// (GOMAXPROCS); default 0: GOMAXPROCS when set, else half of the CPUs.
 	ServerCPUs int
+	// Sandbox is auto, require or off; default auto (see
+	// modules/runtime/sandbox).
+	Sandbox string
+	// SandboxUIDs is the range FIRST-LAST of the uids (and gids) given to
+	// instances and dependency installs, one each; default 200000-265535.
+	SandboxUIDs string
+	// InstanceTmpMB is the size of a confined instance's /tmp; default 64.
+	InstanceTmpMB int
+	// InstancePids limits the processes and threads of an instance; default
+	// 256, plus one per concurrent invocation.
+	InstancePids int
 }
 
 // setting is one configuration value with its flag, variable and file key.
@@ -109,6 +122,10 @@ var settings = []setting{
 	{name: "journal-sync", usage: "how often the invocation journal is fsynced; a power loss loses at most this much of the newest invocation records (0: fsync before every answer, slower)"},
 	{name: "journal-max-bytes", usage: "largest size of the invocation journal, which holds the records the database has not taken yet; beyond it /fn answers 503"},
 	{name: "server-cpus", usage: "CPUs the server's own code runs on at once (0: GOMAXPROCS when set, else half of the CPUs, leaving the rest to the instances)"},
+	{name: "sandbox", usage: "confine instances and dependency installs: auto (where the machine allows it), require (refuse to start without), off"},
+	{name: "sandbox-uids", usage: "range FIRST-LAST of the uids given to confined processes, one each"},
+	{name: "instance-tmp-mb", usage: "size in MiB of a confined instance's private /tmp"},
+	{name: "instance-pids", usage: "most processes and threads of an instance (plus one per concurrent invocation)"},
 }
 
 // AddFlags registers the settings as flags of fs, writing into cfg, plus
@@ -117,7 +134,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	lim := safezip.DefaultLimits()
 	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
-		JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes}
+		JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
+		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
 		"listen": &cfg.Listen, "data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
@@ -129,7 +147,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"idle-timeout": &cfg.IdleTimeout, "prestart": &cfg.Prestart, "queue-depth": &cfg.QueueDepth,
 		"max-request-bytes": &cfg.MaxRequestBytes, "max-result-bytes": &cfg.MaxResultBytes, "invocation-retention": &cfg.InvocationRetention,
 		"journal-sync": &cfg.JournalSync, "journal-max-bytes": &cfg.JournalMaxBytes,
-		"server-cpus": &cfg.ServerCPUs,
+		"server-cpus": &cfg.ServerCPUs, "sandbox": &cfg.Sandbox, "sandbox-uids": &cfg.SandboxUIDs,
+		"instance-tmp-mb": &cfg.InstanceTmpMB, "instance-pids": &cfg.InstancePids,
 	}
 	for _, s := range settings {
 		usage := fmt.Sprintf("%s (env %s)", s.usage, envName(s.name))
@@ -311,5 +330,28 @@ func (c *Config) validate() error {
 	if c.ServerCPUs < 0 {
 		bad("server-cpus", "must not be negative")
 	}
+	if _, err := sandbox.ParseMode(c.Sandbox); err != nil {
+		bad("sandbox", "%q is not one of auto, require, off", c.Sandbox)
+	}
+	if _, _, err := parseUIDRange(c.SandboxUIDs); err != nil {
+		bad("sandbox-uids", "%v", err)
+	}
+	if c.InstanceTmpMB < 1 {
+		bad("instance-tmp-mb", "must be at least 1")
+	}
+	if c.InstancePids < 16 {
+		bad("instance-pids", "must be at least 16")
+	}
 	return errors.Join(errs...)
+}
+
+// parseUIDRange parses "FIRST-LAST" into the first uid and the count.
+func parseUIDRange(s string) (first, count int, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	first, err1 := strconv.Atoi(a)
+	last, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || first < 1000 || last < first || last >= 1<<31-1 {
+		return 0, 0, fmt.Errorf("%q is not a range FIRST-LAST of uids from 1000 up", s)
+	}
+	return first, last - first + 1, nil
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/fx"
 
 	"sless.kube5s.ru/sless/cli"
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
 
 // plugins are added to the server next to the built-in modules.
@@ -19,5 +20,7 @@ var plugins = []fx.Option{
 }
 
 func main() {
+	// A re-exec of this binary as a sandbox's init never returns from Init.
+	sandbox.Init()
 	os.Exit(cli.Main(os.Args[1:], plugins...))
 }

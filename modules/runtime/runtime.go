@@ -8,6 +8,7 @@ package runtime
 import (
 	"context"
 	"io"
+	"os/exec"
 )
 
 // ProvidersGroup is the fx value-group tag that runtime providers are added to.
@@ -55,8 +56,35 @@ type DependencyInstaller interface {
 	DependencyFile() string
 	// InstallDependencies installs the dependencies declared in dir into dir,
 	// writing the tool's output to out. It honours ctx's deadline and returns
-	// an error that quotes the tool's failure.
+	// an error that quotes the tool's failure. It runs its tools with
+	// interp.RunTool, which confines them with ctx's Confiner (see
+	// WithConfiner), and gives them no variable of the server's environment
+	// but those interp.ToolEnv passes.
 	InstallDependencies(ctx context.Context, dir string, out io.Writer) error
+}
+
+// Confiner runs the commands of dependency installs, which run user code
+// (npm install scripts, pip's setup.py), in isolation.
+type Confiner interface {
+	// Confine rewrites cmd, about to run with dir (the code being built) as
+	// its working directory, so that it runs confined with dir its only
+	// writable path. release runs after cmd has ended.
+	Confine(cmd *exec.Cmd, dir string) (release func(), err error)
+}
+
+type confinerKey struct{}
+
+// WithConfiner returns ctx carrying c for the InstallDependencies it is
+// passed to; the builder sets it, so that providers (plugins included) need
+// no parameter of their own for it.
+func WithConfiner(ctx context.Context, c Confiner) context.Context {
+	return context.WithValue(ctx, confinerKey{}, c)
+}
+
+// ConfinerFrom returns ctx's Confiner, or nil.
+func ConfinerFrom(ctx context.Context) Confiner {
+	c, _ := ctx.Value(confinerKey{}).(Confiner)
+	return c
 }
 
 // StartupEnvReader is implemented by providers whose interpreter reads some

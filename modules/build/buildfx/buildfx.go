@@ -27,6 +27,8 @@ var Module = fx.Module("build",
 	fx.Provide(newLocal),
 )
 
-func newLocal(c Config, blobs storage.Blobs, runtimes *runtime.Registry, log *slog.Logger) (build.Builder, error) {
-	return local.New(c.ArtifactDir, blobs, runtimes, c.Limits, log)
+// newLocal returns the local builder, whose dependency installs run confined
+// by the runtime module's Confiner (nil when the sandbox is off).
+func newLocal(c Config, blobs storage.Blobs, runtimes *runtime.Registry, confine runtime.Confiner, log *slog.Logger) (build.Builder, error) {
+	return local.New(c.ArtifactDir, blobs, runtimes, c.Limits, confine, log)
 }

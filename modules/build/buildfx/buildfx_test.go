@@ -30,6 +30,7 @@ func TestModuleProvidesTheLocalBuilder(t *testing.T) {
 			slog.New(slog.NewTextHandler(io.Discard, nil)),
 			buildfx.Config{ArtifactDir: filepath.Join(dir, "artifacts"), Limits: safezip.DefaultLimits()},
 			fx.Annotate(blobs, fx.As(new(storage.Blobs))),
+			runtimefx.Config{},
 		),
 		fx.Populate(&b),
 	).RequireStart().RequireStop()

@@ -37,14 +37,16 @@ type Builder struct {
 	blobs    storage.Blobs
 	runtimes Runtimes
 	limits   safezip.Limits
+	confine  runtime.Confiner
 	log      *slog.Logger
 	// locks serializes the builds of one artifact.
 	locks keylock.Map[string]
 }
 
 // New returns a builder that keeps artifacts in dir, removing what builds
-// and removals interrupted by a crash left behind.
-func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limits, log *slog.Logger) (*Builder, error) {
+// and removals interrupted by a crash left behind. Dependency installs run
+// confined by confine; nil runs them as the server's user.
+func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limits, confine runtime.Confiner, log *slog.Logger) (*Builder, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the artifact directory: %w", err)
 	}
@@ -57,7 +59,7 @@ func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limi
 			return nil, fmt.Errorf("removing an interrupted build: %w", err)
 		}
 	}
-	return &Builder{dir: filepath.Clean(dir), blobs: blobs, runtimes: runtimes, limits: limits, log: log}, nil
+	return &Builder{dir: filepath.Clean(dir), blobs: blobs, runtimes: runtimes, limits: limits, confine: confine, log: log}, nil
 }
 
 var _ build.Builder = (*Builder)(nil)
@@ -190,7 +192,11 @@ func (b *Builder) build(ctx context.Context, p runtime.Provider, req build.Reque
 	if inst, ok := p.(runtime.DependencyInstaller); ok {
 		if _, err := os.Stat(filepath.Join(code, inst.DependencyFile())); err == nil {
 			b.log.InfoContext(ctx, "installing dependencies", "namespace", req.Namespace, "function", req.Function, "file", inst.DependencyFile())
-			if err := inst.InstallDependencies(ctx, code, log); err != nil {
+			ictx := ctx
+			if b.confine != nil {
+				ictx = runtime.WithConfiner(ctx, b.confine)
+			}
+			if err := inst.InstallDependencies(ictx, code, log); err != nil {
 				msg := fmt.Sprintf("installing dependencies from %s failed: %v", inst.DependencyFile(), err)
 				if ctx.Err() != nil {
 					msg = fmt.Sprintf("the build was stopped while installing dependencies from %s: %v", inst.DependencyFile(), context.Cause(ctx))

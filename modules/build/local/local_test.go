@@ -42,7 +42,7 @@ func newEnv(t *testing.T) env {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	b, err := local.New(dir, blobs, reg, safezip.DefaultLimits(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b, err := local.New(dir, blobs, reg, safezip.DefaultLimits(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
 
 // Config configures the executor.
@@ -42,6 +43,12 @@ type Config struct {
 	QueueDepth int
 	// StartTimeout bounds starting and specializing an instance. Default 30s.
 	StartTimeout time.Duration
+	// Pids limits the processes (threads included) of an instance, plus one
+	// per concurrent invocation, where a pids cgroup is available. Default
+	// 256.
+	Pids int
+	// Sandbox confines instances; nil runs them as the server's user.
+	Sandbox *sandbox.Sandbox
 }
 
 func (c *Config) defaults() {
@@ -53,6 +60,9 @@ func (c *Config) defaults() {
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 30 * time.Second
+	}
+	if c.Pids <= 0 {
+		c.Pids = 256
 	}
 }
 
@@ -82,6 +92,9 @@ type Executor struct {
 	ctx    context.Context // cancelled by Stop
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// live counts the processes that have not exited yet, stopped in the
+	// background included: Stop removes the runtime directory after them.
+	live sync.WaitGroup
 }
 
 var _ runtime.Executor = (*Executor)(nil)
@@ -103,8 +116,8 @@ func (e *Executor) Start(ctx context.Context) error {
 		return fmt.Errorf("creating the instance directory: %w", err)
 	}
 	e.dir = dir
-	e.baseEnv = baseEnv()
-	e.mem = newMemoryLimiter(filepath.Base(dir))
+	e.baseEnv = baseEnv(e.cfg.Sandbox != nil)
+	e.mem = newMemoryLimiter(filepath.Base(dir), e.cfg.Pids)
 	e.log.Info("instance memory limits", "mechanism", e.mem.mode)
 	// Instances outlive the start context; Stop cancels theirs.
 	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -135,7 +148,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 		}
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); e.wg.Wait(); close(done) }()
+	go func() { wg.Wait(); e.wg.Wait(); e.live.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -248,8 +261,14 @@ func (e *Executor) spawn(ctx context.Context, p runtime.Provider, env []string) 
 	if err != nil {
 		return nil, err
 	}
-	sock := filepath.Join(e.dir, fmt.Sprintf("i%d.sock", e.nextID.Add(1)))
-	return startProcess(ctx, p, wrapper, sock, env, e.mem, e.log)
+	l := launch{wrapper: wrapper, dir: e.dir, id: fmt.Sprintf("i%d", e.nextID.Add(1)), env: env, exited: e.live.Done}
+	if e.cfg.Sandbox != nil {
+		if l.box, err = e.cfg.Sandbox.NewInstance(filepath.Join(e.dir, l.id)); err != nil {
+			return nil, err
+		}
+	}
+	e.live.Add(1)
+	return startProcess(ctx, p, l, e.mem, e.log)
 }
 
 // wrapper writes the runtime's wrapper file once and returns its path.
@@ -299,7 +318,11 @@ func (e *Executor) functionEnv(t *runtime.Target) map[string]string {
 
 // baseEnv is what every instance inherits from the server: enough to find
 // programs and write temporary files, nothing that configures the server.
-func baseEnv() []string {
+// A confined instance gets the sandbox's fixed environment instead.
+func baseEnv(confined bool) []string {
+	if confined {
+		return sandbox.Env()
+	}
 	env := []string{"LANG=C.UTF-8"}
 	for _, k := range []string{"PATH", "HOME", "TMPDIR", "TZ"} {
 		if v, ok := os.LookupEnv(k); ok {

@@ -24,12 +24,22 @@ import (
 //   - otherwise RLIMIT_DATA, which counts reserved private memory: an
 //     allocation beyond it fails (Python: MemoryError). Reserved thread stacks
 //     count too, so each concurrent invocation is granted 8 MiB more.
+//
+// It also bounds the processes (threads included) of each instance with the
+// pids controller where there is one: of the same cgroup v2, or of the v1
+// pids hierarchy.
 type memoryLimiter struct {
-	// mode names the mechanism, for the start-up log.
+	// mode names the mechanisms, for the start-up log.
 	mode string
 	// parent holds the instances' cgroups; empty in rlimit mode.
 	parent string
 	v2     bool
+	// pidsParent holds the instances' v1 pids cgroups; pids2 says the v2
+	// cgroups under parent limit pids too.
+	pidsParent string
+	pids2      bool
+	// pidsMax is the limit of an instance running one invocation at a time.
+	pidsMax int
 }
 
 // threadStack is what RLIMIT_DATA grants per concurrent invocation for the
@@ -44,7 +54,29 @@ const parentPrefix = "sless-"
 // creates the parent of the instances' cgroups there, named after the server's
 // pid and name, or falls back to RLIMIT_DATA. It removes the cgroups that
 // servers killed before their stop left behind.
-func newMemoryLimiter(name string) *memoryLimiter {
+func newMemoryLimiter(name string, pidsMax int) *memoryLimiter {
+	m := newMemoryCgroups(name)
+	m.pidsMax = pidsMax
+	switch {
+	case m.pids2:
+		m.mode += ", pids.max in the same cgroups"
+	default:
+		if dir, err := cgroupV1ControllerDir("pids"); err == nil {
+			removeStale(dir)
+			parent := filepath.Join(dir, fmt.Sprintf("%s%d-%s", parentPrefix, os.Getpid(), name))
+			if err := os.Mkdir(parent, 0o755); err == nil || errors.Is(err, os.ErrExist) {
+				m.pidsParent = parent
+				m.mode += ", pids cgroup v1 " + parent
+			}
+		}
+		if m.pidsParent == "" {
+			m.mode += ", no pids limit (no writable pids cgroup)"
+		}
+	}
+	return m
+}
+
+func newMemoryCgroups(name string) *memoryLimiter {
 	for _, find := range []func() (string, bool, error){cgroupV2Dir, cgroupV1Dir} {
 		dir, v2, err := find()
 		if err != nil {
@@ -55,26 +87,30 @@ func newMemoryLimiter(name string) *memoryLimiter {
 		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			continue
 		}
+		pids2 := false
 		if v2 {
-			// Children get the memory controller only when the parent
-			// delegates it.
-			if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory"), 0o644); err != nil {
-				os.Remove(parent)
-				continue
+			// Children get a controller only when the parent delegates it.
+			control := filepath.Join(parent, "cgroup.subtree_control")
+			pids2 = os.WriteFile(control, []byte("+memory +pids"), 0o644) == nil
+			if !pids2 {
+				if err := os.WriteFile(control, []byte("+memory"), 0o644); err != nil {
+					os.Remove(parent)
+					continue
+				}
 			}
 		}
 		mode := "cgroup v1"
 		if v2 {
 			mode = "cgroup v2"
 		}
-		return &memoryLimiter{mode: mode + " " + parent, parent: parent, v2: v2}
+		return &memoryLimiter{mode: mode + " " + parent, parent: parent, v2: v2, pids2: pids2}
 	}
 	return &memoryLimiter{mode: "RLIMIT_DATA (no writable memory cgroup)"}
 }
 
 // removeStale removes the parent cgroups, and their instances' cgroups, of
-// servers that no longer run. A cgroup whose processes still run is kept
-// (rmdir refuses it).
+// servers that no longer run, killing what still runs in them: no process of
+// an instance outlives a server that died without stopping them.
 func removeStale(dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -88,7 +124,9 @@ func removeStale(dir string) {
 		children, _ := os.ReadDir(parent)
 		for _, c := range children {
 			if c.IsDir() {
-				os.Remove(filepath.Join(parent, c.Name()))
+				cg := &memCgroup{dir: filepath.Join(parent, c.Name())}
+				cg.killAll()
+				cg.remove()
 			}
 		}
 		os.Remove(parent)
@@ -100,34 +138,94 @@ func processAlive(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
-// memCgroup is one instance's cgroup; nil in rlimit mode.
+// memCgroup is one instance's cgroups; nil when there are none.
 type memCgroup struct {
-	dir string
+	dir string // memory (and v2 pids); "" without a memory cgroup
 	v2  bool
+	// pidsDir is the v1 pids cgroup, or dir in v2 with pids, or "".
+	pidsDir string
 }
 
 // attach moves the process pid into a new cgroup of its own, without a limit
 // yet. It runs when a process starts, off the cold-start path: creating and
 // entering a memory cgroup takes milliseconds, setting its limit does not.
+//
+// The cgroups belong to the server's user (root): an instance, running
+// under another uid, can neither raise its limits nor leave them.
 func (m *memoryLimiter) attach(pid int, id string) (*memCgroup, error) {
-	if m.parent == "" {
+	if m.parent == "" && m.pidsParent == "" {
 		return nil, nil
 	}
-	cg := &memCgroup{dir: filepath.Join(m.parent, id), v2: m.v2}
-	if err := os.Mkdir(cg.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating the memory cgroup: %w", err)
+	cg := &memCgroup{v2: m.v2}
+	var dirs []string
+	if m.parent != "" {
+		cg.dir = filepath.Join(m.parent, id)
+		dirs = append(dirs, cg.dir)
+		if m.pids2 {
+			cg.pidsDir = cg.dir
+		}
 	}
-	if err := os.WriteFile(filepath.Join(cg.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		cg.remove()
-		return nil, fmt.Errorf("moving process %d into its memory cgroup: %w", pid, err)
+	if m.pidsParent != "" {
+		cg.pidsDir = filepath.Join(m.pidsParent, id)
+		dirs = append(dirs, cg.pidsDir)
+	}
+	for _, dir := range dirs {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("creating the cgroup of process %d: %w", pid, err)
+		}
+	}
+	if cg.pidsDir != "" {
+		if err := cg.setPidsMax(m.pidsMax); err != nil {
+			cg.remove()
+			return nil, err
+		}
+	}
+	for _, dir := range dirs {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("moving process %d into its cgroup: %w", pid, err)
+		}
 	}
 	return cg, nil
 }
 
-// limit confines the process pid, attached to cg, to limitMB.
+func (cg *memCgroup) setPidsMax(n int) error {
+	if err := os.WriteFile(filepath.Join(cg.pidsDir, "pids.max"), []byte(strconv.Itoa(n)), 0o644); err != nil {
+		return fmt.Errorf("limiting the processes of an instance: %w", err)
+	}
+	return nil
+}
+
+// killAll kills every process still in the cgroups.
+func (cg *memCgroup) killAll() {
+	for _, dir := range []string{cg.dir, cg.pidsDir} {
+		if dir == "" {
+			continue
+		}
+		data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for f := range strings.FieldsSeq(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+	}
+}
+
+// limit confines the process pid, attached to cg, to limitMB (when
+// positive), and its processes to the pids limit plus one thread per
+// concurrent invocation.
 func (m *memoryLimiter) limit(cg *memCgroup, pid, limitMB, concurrency int) error {
+	if cg != nil && cg.pidsDir != "" && concurrency > 1 {
+		if err := cg.setPidsMax(m.pidsMax + concurrency); err != nil {
+			return err
+		}
+	}
+	if limitMB <= 0 {
+		return nil
+	}
 	bytes := int64(limitMB) << 20
-	if cg == nil {
+	if cg == nil || cg.dir == "" {
 		lim := uint64(bytes) + uint64(concurrency)*threadStack
 		if err := unix.Prlimit(pid, unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: lim}, nil); err != nil {
 			return fmt.Errorf("limiting the memory of process %d: %w", pid, err)
@@ -155,7 +253,7 @@ func (m *memoryLimiter) limit(cg *memCgroup, pid, limitMB, concurrency int) erro
 // oomKilled reports whether the kernel killed a process of the cgroup for
 // exceeding its limit.
 func (cg *memCgroup) oomKilled() bool {
-	if cg == nil {
+	if cg == nil || cg.dir == "" {
 		return false
 	}
 	file := "memory.oom_control"
@@ -174,23 +272,30 @@ func (cg *memCgroup) oomKilled() bool {
 	return false
 }
 
-// remove deletes the cgroup once its processes are gone.
+// remove deletes the cgroups once their processes are gone.
 func (cg *memCgroup) remove() {
 	if cg == nil {
 		return
 	}
-	for range 20 {
-		if err := os.Remove(cg.dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return
+	for _, dir := range []string{cg.dir, cg.pidsDir} {
+		if dir == "" {
+			continue
 		}
-		time.Sleep(50 * time.Millisecond)
+		for range 20 {
+			if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 
-// close removes the parent cgroup.
+// close removes the parent cgroups.
 func (m *memoryLimiter) close() {
-	if m.parent != "" {
-		os.Remove(m.parent)
+	for _, dir := range []string{m.parent, m.pidsParent} {
+		if dir != "" {
+			os.Remove(dir)
+		}
 	}
 }
 
@@ -216,15 +321,22 @@ func cgroupV2Dir() (string, bool, error) {
 
 // cgroupV1Dir returns the server's own directory in the v1 memory hierarchy.
 func cgroupV1Dir() (string, bool, error) {
-	rel, err := selfCgroup(func(controllers string) bool { return hasWord(controllers, "memory") })
+	dir, err := cgroupV1ControllerDir("memory")
+	return dir, false, err
+}
+
+// cgroupV1ControllerDir returns the server's own directory in the v1
+// hierarchy of controller.
+func cgroupV1ControllerDir(controller string) (string, error) {
+	rel, err := selfCgroup(func(controllers string) bool { return hasWord(controllers, controller) })
 	if err != nil {
-		return "", false, err
+		return "", err
 	}
-	mount, root, err := cgroupMount(func(fstype, opts string) bool { return fstype == "cgroup" && hasWord(opts, "memory") })
+	mount, root, err := cgroupMount(func(fstype, opts string) bool { return fstype == "cgroup" && hasWord(opts, controller) })
 	if err != nil {
-		return "", false, err
+		return "", err
 	}
-	return filepath.Join(mount, strings.TrimPrefix(rel, root)), false, nil
+	return filepath.Join(mount, strings.TrimPrefix(rel, root)), nil
 }
 
 // hasWord reports whether the comma-separated list holds word.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/runtime/wire"
 )
 
@@ -34,42 +35,74 @@ type process struct {
 	// cgroup is the process's memory cgroup, nil when memory is limited
 	// with RLIMIT_DATA. Set before the process is shared.
 	cgroup *memCgroup
+	// box is the process's sandbox, nil when instances are not confined.
+	box *sandbox.Instance
 }
 
-// startProcess starts a wrapper of runtime p listening on the socket sock,
-// attaches it to a memory cgroup of its own and waits until it is ready.
-func startProcess(ctx context.Context, p runtime.Provider, wrapper, sock string, env []string, mem *memoryLimiter, log *slog.Logger) (*process, error) {
+// launch says where a new process lives.
+type launch struct {
+	wrapper string // path of the wrapper file
+	dir     string // the executor's runtime directory
+	id      string // unique among the executor's processes
+	box     *sandbox.Instance
+	env     []string
+	// exited runs once the process has exited and its cgroups and sandbox
+	// are gone.
+	exited func()
+}
+
+// startProcess starts a wrapper of runtime p, attaches it to cgroups of its
+// own and waits until it is ready. Confined, the process is the sandbox's
+// init, which becomes the wrapper: its pid is the wrapper's.
+func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memoryLimiter, log *slog.Logger) (*process, error) {
+	// Until the exit watcher runs, failing undoes the launch here.
+	fail := func(err error) (*process, error) {
+		l.box.Release()
+		l.exited()
+		return nil, err
+	}
 	interp, args, err := p.Interpreter(ctx)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	readR, readW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	defer readR.Close()
 	lw := newLineLogger(log.With("runtime", p.Name()))
-	cmd := exec.Command(interp, append(args, wrapper, "--listen", "unix:"+sock, "--ready-fd", "3")...)
-	cmd.Env = env
-	cmd.Dir = filepath.Dir(sock)
+	var cmd *exec.Cmd
+	sock := filepath.Join(l.dir, l.id+".sock")
+	if l.box == nil {
+		cmd = exec.Command(interp, append(args, l.wrapper, "--listen", "unix:"+sock, "--ready-fd", "3")...)
+		cmd.Env = l.env
+		cmd.Dir = l.dir
+		// Own process group: signals to the server's group (a terminal's
+		// ^C) do not reach instances; Pdeathsig: instances die with the
+		// server.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	} else {
+		var inside string
+		sock, inside = l.box.Socket()
+		wrapper := "/sless/" + filepath.Base(l.wrapper)
+		cmd = l.box.Command(interp, append(args, wrapper, "--listen", "unix:"+inside, "--ready-fd", "3"), l.env,
+			[]sandbox.Bind{{Src: l.wrapper, Dst: wrapper}})
+	}
 	cmd.ExtraFiles = []*os.File{readW}
 	cmd.Stdout, cmd.Stderr = lw, lw
-	// Own process group: signals to the server's group (a terminal's ^C)
-	// do not reach instances; Pdeathsig: instances die with the server.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		readW.Close()
-		return nil, fmt.Errorf("starting %s: %w", interp, err)
+		return fail(fmt.Errorf("starting %s: %w", interp, err))
 	}
 	readW.Close()
-	pr := &process{runtime: p.Name(), cmd: cmd, client: wire.NewClient(wire.UnixDialer(sock)), done: make(chan struct{}), log: lw}
+	pr := &process{runtime: p.Name(), cmd: cmd, client: wire.NewClient(wire.UnixDialer(sock)), done: make(chan struct{}), log: lw, box: l.box}
 	// Attached before the exit watcher starts, so that the watcher removes
 	// the cgroup whenever the process ends.
-	cg, err := mem.attach(cmd.Process.Pid, strings.TrimSuffix(filepath.Base(sock), ".sock"))
+	cg, err := mem.attach(cmd.Process.Pid, l.id)
 	if err != nil {
 		pr.kill()
 		cmd.Wait()
-		return nil, err
+		return fail(err)
 	}
 	pr.cgroup = cg
 	go func() {
@@ -79,10 +112,13 @@ func startProcess(ctx context.Context, p runtime.Provider, wrapper, sock string,
 		os.Remove(sock)
 		pr.oom = cg.oomKilled()
 		cg.remove()
+		l.box.Release()
 		close(pr.done)
+		l.exited()
 	}()
 	if err := pr.waitReady(ctx, readR); err != nil {
 		pr.kill()
+		<-pr.done
 		return nil, err
 	}
 	return pr, nil
@@ -124,12 +160,17 @@ type specializeRequest struct {
 // specialize loads the function's handler into the generic process after
 // limiting its memory.
 func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[string]string, mem *memoryLimiter) error {
-	if t.MemoryMB > 0 {
-		if err := mem.limit(pr.cgroup, pr.cmd.Process.Pid, t.MemoryMB, t.Concurrency); err != nil {
-			return err
-		}
+	if err := mem.limit(pr.cgroup, pr.cmd.Process.Pid, t.MemoryMB, t.Concurrency); err != nil {
+		return err
 	}
-	body, _ := json.Marshal(specializeRequest{CodeDir: t.Artifact, Handler: t.Handler, Env: env,
+	codeDir := t.Artifact
+	if pr.box != nil {
+		if err := pr.box.MountCode(t.Artifact); err != nil {
+			return fmt.Errorf("%w: %v", runtime.ErrStart, err)
+		}
+		codeDir = sandbox.CodeDir
+	}
+	body, _ := json.Marshal(specializeRequest{CodeDir: codeDir, Handler: t.Handler, Env: env,
 		Function: t.Name, Namespace: t.Namespace, Concurrency: t.Concurrency})
 	status, resp, err := pr.client.Call(ctx, "POST", "/_sless/specialize", body)
 	if err != nil {

@@ -85,8 +85,8 @@ func (p *Provider) InstallDependencies(ctx context.Context, dir string, out io.W
 	}
 	cmd := exec.CommandContext(ctx, npm, verb, "--omit=dev", "--no-audit", "--no-fund", "--no-update-notifier", "--loglevel=error")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NODE_ENV=production")
-	return interp.RunTool(cmd, out)
+	cmd.Env = interp.ToolEnv("NODE_ENV=production")
+	return interp.RunTool(ctx, cmd, out)
 }
 
 // ReadsAtStartup implements runtime.StartupEnvReader: Node.js and libuv read

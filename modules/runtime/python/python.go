@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -86,8 +85,8 @@ func (p *Provider) InstallDependencies(ctx context.Context, dir string, out io.W
 		"--no-input", "--disable-pip-version-check", "--no-warn-script-location",
 		"--target", filepath.Join(dir, DepsDir), "-r", "requirements.txt")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	return interp.RunTool(cmd, out)
+	cmd.Env = interp.ToolEnv("PYTHONDONTWRITEBYTECODE=1")
+	return interp.RunTool(ctx, cmd, out)
 }
 
 // ReadsAtStartup implements runtime.StartupEnvReader: CPython reads PYTHON*

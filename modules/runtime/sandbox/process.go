@@ -1,0 +1,181 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Instance is the sandbox of one instance process, kept in a directory of
+// the server's (inside its 0700 runtime directory): run/ holds the socket
+// (owned by the instance's uid, 0700), code/ is the shared mount point its
+// function's code is mounted on, root/ is where its init mounts its root.
+type Instance struct {
+	sb      *Sandbox
+	dir     string
+	uid     int
+	release func()
+}
+
+// socketDir is where an instance sees its run/ directory.
+const socketDir = "/run/sless"
+
+// NewInstance prepares the sandbox of one instance in dir, which must not
+// exist. Release undoes it.
+func (s *Sandbox) NewInstance(dir string) (*Instance, error) {
+	uid, release := s.allocUID()
+	in := &Instance{sb: s, dir: dir, uid: uid, release: release}
+	if err := in.prepare(); err != nil {
+		in.Release()
+		return nil, fmt.Errorf("preparing an instance sandbox: %w", err)
+	}
+	return in, nil
+}
+
+func (in *Instance) prepare() error {
+	for _, d := range []string{in.dir, in.path("run"), in.path("code"), in.path("root")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := os.Chown(in.path("run"), in.uid, in.uid); err != nil {
+		return err
+	}
+	// A shared mount point: what MountCode mounts on it later appears in
+	// the instance's mount namespace too, whose copy of it is a slave.
+	code := in.path("code")
+	if err := unix.Mount(code, code, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding the code mount point: %w", err)
+	}
+	if err := unix.Mount("", code, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("sharing the code mount point: %w", err)
+	}
+	return nil
+}
+
+func (in *Instance) path(name string) string { return filepath.Join(in.dir, name) }
+
+// UID is the instance's uid (and gid).
+func (in *Instance) UID() int { return in.uid }
+
+// Socket returns the path of the instance's socket on the server's side and
+// inside the sandbox.
+func (in *Instance) Socket() (host, inside string) {
+	return in.path("run/s.sock"), socketDir + "/s.sock"
+}
+
+// Command returns the command that runs program with args and env in the
+// instance's sandbox, with binds (the wrapper) made visible read-only.
+// Its process is the init: the caller attaches it to cgroups and waits for it.
+func (in *Instance) Command(program string, args, env []string, binds []Bind) *exec.Cmd {
+	spec := Spec{
+		Root:  in.path("root"),
+		Binds: append(append(programBinds(program), binds...), Bind{Src: in.path("run"), Dst: socketDir, RW: true}),
+		Code:  in.path("code"),
+		TmpMB: in.sb.cfg.TmpMB,
+		UID:   in.uid,
+		Dir:   "/tmp",
+		Argv:  append([]string{program}, args...),
+		Env:   env,
+	}
+	return in.sb.command(spec)
+}
+
+// MountCode makes the directory artifact visible, read-only, at CodeDir
+// inside the instance. It is a few system calls, fit for the cold start.
+func (in *Instance) MountCode(artifact string) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, artifact, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("opening the code for the instance: %w", err)
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("making the instance's code read-only: %w", err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, in.path("code"), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mounting the code into the instance: %w", err)
+	}
+	return nil
+}
+
+// Release unmounts the instance's code, removes its directory and frees its
+// uid. It runs once the process has exited; on nil it does nothing.
+func (in *Instance) Release() {
+	if in == nil {
+		return
+	}
+	code := in.path("code")
+	// The code (when mounted) and the mount point's own bind.
+	for range 2 {
+		if err := unix.Unmount(code, unix.MNT_DETACH); err != nil {
+			break
+		}
+	}
+	os.RemoveAll(in.dir)
+	in.release()
+}
+
+// Confine rewrites cmd, a dependency install run in dir (the code being
+// built), to run in a sandbox of its own: its own uid, owning dir for the
+// time of the install, dir writable and bound at its own path, the system's
+// files and the tool's installation read-only, a private /tmp (also its
+// HOME, so that caches are private), and the network of the server. The
+// returned release gives dir back to the server's user once cmd has ended.
+func (s *Sandbox) Confine(cmd *exec.Cmd, dir string) (release func(), err error) {
+	uid, free := s.allocUID()
+	root, err := os.MkdirTemp("", "sless-build-")
+	if err != nil {
+		free()
+		return nil, err
+	}
+	release = func() {
+		chownTree(dir, os.Geteuid(), os.Getegid())
+		os.RemoveAll(root)
+		free()
+	}
+	if err := chownTree(dir, uid, uid); err != nil {
+		release()
+		return nil, fmt.Errorf("handing the build directory to the install: %w", err)
+	}
+	env := Env(filepath.Dir(cmd.Path))
+	for _, kv := range cmd.Env {
+		if k, _, _ := strings.Cut(kv, "="); k != "PATH" && k != "HOME" && k != "TMPDIR" {
+			env = append(env, kv)
+		}
+	}
+	spec := Spec{
+		Root:  root,
+		Binds: append(programBinds(cmd.Path), Bind{Src: dir, RW: true}),
+		TmpMB: s.cfg.BuildTmpMB,
+		UID:   uid,
+		NProc: s.cfg.BuildProcs,
+		Dir:   dir,
+		Argv:  append([]string{cmd.Path}, cmd.Args[1:]...),
+		Env:   env,
+	}
+	inner := s.command(spec)
+	cmd.Path, cmd.Args, cmd.Env, cmd.Dir = inner.Path, inner.Args, inner.Env, ""
+	cmd.SysProcAttr = inner.SysProcAttr
+	return release, nil
+}
+
+// chownTree gives dir and everything in it to uid:gid, symlinks included
+// (not followed).
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}

@@ -1,0 +1,127 @@
+package sandbox_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	sandbox.Init()
+	os.Exit(m.Run())
+}
+
+// newSandbox returns a required sandbox, skipping where the machine has none.
+func newSandbox(t *testing.T) *sandbox.Sandbox {
+	t.Helper()
+	sb, reason, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeAuto})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb == nil {
+		t.Skipf("no sandbox here: %s", reason)
+	}
+	return sb
+}
+
+// shell runs script with /bin/sh in a fresh instance sandbox whose code is
+// dir, and returns its output.
+func shell(t *testing.T, sb *sandbox.Sandbox, code, script string) (string, error) {
+	t.Helper()
+	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Release()
+	if err := in.MountCode(code); err != nil {
+		t.Fatal(err)
+	}
+	cmd := in.Command("/bin/sh", []string{"-c", script}, sandbox.Env(), nil)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func TestInstanceSeesOnlyItsOwnWorld(t *testing.T) {
+	sb := newSandbox(t)
+	code := t.TempDir()
+	if err := os.WriteFile(filepath.Join(code, "handler.py"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("s3cret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, script, want string
+	}{
+		{"runs as an unprivileged uid", "id -u", ""},
+		{"reads its code", "cat /code/handler.py", "x"},
+		{"cannot write its code", "(echo y > /code/handler.py) 2>/dev/null && echo wrote || echo refused", "refused"},
+		{"cannot create files in its code", "touch /code/new 2>/dev/null && echo wrote || echo refused", "refused"},
+		{"writes its tmp", "echo y > /tmp/f && cat /tmp/f", "y"},
+		{"cannot write outside tmp", "touch /etc/x /usr/x /x 2>/dev/null && echo wrote || echo refused", "refused"},
+		{"does not see the host's files", "cat " + secret + " 2>/dev/null || echo missing", "missing"},
+		{"is pid 1 of its own pid namespace", "echo $$", "1"},
+		{"sees only its own processes", "cat /proc/1/comm; cat /proc/[0-9]*/comm | grep -c sandbox.test || true", "sh\n0"},
+		{"cannot mount", "mount -t tmpfs none /tmp 2>/dev/null && echo mounted || echo refused", "refused"},
+		{"cannot create namespaces", "unshare -U true 2>/dev/null && echo unshared || echo refused", "refused"},
+		{"has no_new_privs and a filter", "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -s ' \\t' ' '", "NoNewPrivs: 1\nSeccomp: 2"},
+		{"has no capabilities", "grep CapEff /proc/self/status | tr -d ' \\t'", "CapEff:0000000000000000"},
+		{"has an empty environment but the documented one", "env | sort | tr '\\n' ' '", "HOME=/tmp LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PWD=/tmp TMPDIR=/tmp"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := shell(t, sb, code, tt.script)
+			if err != nil {
+				t.Fatalf("%v: %s", err, got)
+			}
+			if tt.want == "" {
+				if got == "0" || got == "" {
+					t.Errorf("uid %q, want an unprivileged one", got)
+				}
+				return
+			}
+			if strings.TrimSpace(got) != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfineRunsAToolInItsDirectory(t *testing.T) {
+	sb := newSandbox(t)
+	dir := t.TempDir()
+	cmd := exec.Command("/bin/sh", "-c", "id -u > out; touch /tmp/x; touch "+filepath.Dir(dir)+"/escape 2>/dev/null; echo ok")
+	cmd.Dir = dir
+	release, err := sb.Confine(cmd, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	release()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("%v: %s", err, out)
+	}
+	uid, err := os.ReadFile(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := strings.TrimSpace(string(uid)); s == "0" || s == "" {
+		t.Errorf("the tool ran as uid %q", s)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "escape")); err == nil {
+		t.Error("the tool wrote outside its directory")
+	}
+	st, err := os.Stat(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; int(uid) != os.Geteuid() {
+		t.Errorf("after the tool, its output is owned by uid %d, want the server's %d", uid, os.Geteuid())
+	}
+}
