@@ -14,8 +14,9 @@ import (
 
 // Instance is the sandbox of one instance process, kept in a directory of
 // the server's (inside its 0700 runtime directory): run/ holds the socket
-// (owned by the instance's uid, 0700), code/ is the shared mount point its
-// function's code is mounted on, root/ is where its init mounts its root.
+// (a 64 KiB tmpfs owned by the instance's uid, 0700), code/ is the shared
+// mount point its function's code is mounted on, root/ is where its init
+// mounts its root.
 type Instance struct {
 	sb      *Sandbox
 	dir     string
@@ -44,8 +45,11 @@ func (in *Instance) prepare() error {
 			return err
 		}
 	}
-	if err := os.Chown(in.path("run"), in.uid, in.uid); err != nil {
-		return err
+	// A small tmpfs of its own: the instance writes its socket there and
+	// can fill nothing else.
+	opts := fmt.Sprintf("size=64k,nr_inodes=64,mode=0700,uid=%d,gid=%d", in.uid, in.uid)
+	if err := unix.Mount("tmpfs", in.path("run"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mounting the socket directory: %w", err)
 	}
 	// A shared mount point: what MountCode mounts on it later appears in
 	// the instance's mount namespace too, whose copy of it is a slave.
@@ -118,6 +122,7 @@ func (in *Instance) Release() {
 			break
 		}
 	}
+	unix.Unmount(in.path("run"), unix.MNT_DETACH)
 	os.RemoveAll(in.dir)
 	in.release()
 }

@@ -1,0 +1,443 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// attackerPy runs every probe of the escape suite from inside a Python
+// handler and reports, per probe, "blocked: <why>" or "ESCAPED: <what>".
+// The test tells it where everything is, as an attacker who read the source
+// would know.
+const attackerPy = `import ctypes, errno, glob, json, os, signal, socket, subprocess, time
+
+def handle(event, context):
+    mode = event.get("mode")
+    if mode == "hello":
+        return "hello"
+    if mode == "env":
+        return dict(os.environ)
+    if mode == "forkbomb":
+        return forkbomb()
+    if mode == "leave":
+        # A child in a new session and a daemonized grandchild.
+        subprocess.Popen(["/bin/sleep", event["marker"]], start_new_session=True)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", ["/bin/sleep", event["marker"]])
+            os._exit(0)
+        return "left"
+    return {name: run(fn, event) for name, fn in PROBES.items()}
+
+def run(fn, event):
+    try:
+        what = fn(event)
+    except Exception as e:
+        return "blocked: %s: %s" % (type(e).__name__, e)
+    if what is None:
+        return "blocked"
+    return "ESCAPED: " + str(what)[:300]
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read(200)
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("pwned")
+    return "wrote " + path
+
+def read_data_dir(e):
+    return os.listdir(e["data_dir"])
+
+def read_token(e):
+    return read(os.path.join(e["data_dir"], "api-token"))
+
+def read_db(e):
+    return read(os.path.join(e["data_dir"], "sless.db"))
+
+def read_blobs(e):
+    return os.listdir(os.path.join(e["data_dir"], "blobs"))
+
+def read_other_code(e):
+    return read(os.path.join(e["victim_artifact"], "handler.py"))
+
+def write_other_code(e):
+    return write(os.path.join(e["victim_artifact"], "handler.py"))
+
+def write_own_code(e):
+    return write("/code/handler.py")
+
+def fill_code_dir(e):
+    return write("/code/big")
+
+def server_environ(e):
+    return read("/proc/%d/environ" % e["server_pid"])
+
+def server_cmdline(e):
+    return read("/proc/%d/cmdline" % e["server_pid"])
+
+def any_foreign_process(e):
+    # Every process this instance sees must be its own.
+    found = []
+    for p in glob.glob("/proc/[0-9]*"):
+        try:
+            cmd = read(p + "/cmdline")
+        except OSError:
+            continue
+        if b"sless" in cmd.split(b"\0")[0] or b"victim-secret" in cmd:
+            found.append(cmd)
+    return found or None
+
+def other_memory(e):
+    for pid in e["instance_pids"]:
+        try:
+            with open("/proc/%d/mem" % pid, "rb") as f:
+                return "opened the memory of %d" % pid
+        except FileNotFoundError:
+            pass
+    for p in glob.glob("/proc/[0-9]*"):
+        try:
+            if b"victim-secret" in read(p + "/environ"):
+                return "found the victim's secret in " + p
+        except OSError:
+            pass
+    return None
+
+def signal_server(e):
+    os.kill(e["server_pid"], 0)
+    return "could signal the server"
+
+def signal_instances(e):
+    hit = []
+    for pid in e["instance_pids"]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            hit.append(pid)
+        except ProcessLookupError:
+            pass
+    os.kill(-1, signal.SIGKILL)  # everything it may signal: only its own
+    return hit or None
+
+def write_cgroup(e):
+    return write(e["cgroup_file"])
+
+def connect_sockets(e):
+    reached = []
+    for path in e["sockets"]:
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+            reached.append(path)
+        except OSError:
+            pass
+        finally:
+            s.close()
+    return reached or None
+
+def write_outside_tmp(e):
+    wrote = []
+    for path in ["/x", "/etc/x", "/usr/x", "/root/x", "/proc/x", "/dev/x"]:
+        try:
+            write(path)
+            wrote.append(path)
+        except OSError:
+            pass
+    return wrote or None
+
+def fill_socket_dir(e):
+    # Its socket's directory is its own but holds little.
+    try:
+        with open("/run/sless/fill", "wb") as f:
+            f.write(b"x" * (1 << 20))
+            f.flush()
+        return "wrote 1 MiB into /run/sless"
+    finally:
+        try:
+            os.remove("/run/sless/fill")
+        except OSError:
+            pass
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+def syscall_refused(call):
+    if call() == 0:
+        return "succeeded"
+    err = ctypes.get_errno()
+    if err != errno.EPERM:
+        return "failed with errno %d, not EPERM" % err
+    return None
+
+def mount(e):
+    return syscall_refused(lambda: libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+
+def unshare_userns(e):
+    return syscall_refused(lambda: libc.unshare(0x10000000))
+
+def ptrace_init(e):
+    return syscall_refused(lambda: libc.ptrace(16, 1, None, None))  # PTRACE_ATTACH
+
+def keyctl(e):
+    return syscall_refused(lambda: libc.syscall(250, 0, 0, 0, 0, 0))  # keyctl(2)
+
+def bpf(e):
+    return syscall_refused(lambda: libc.syscall(321, 0, None, 0))  # bpf(2)
+
+def is_root(e):
+    return "uid 0" if os.getuid() == 0 or os.geteuid() == 0 else None
+
+def no_new_privs(e):
+    with open("/proc/self/status") as f:
+        status = f.read()
+    return None if "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status else status
+
+PROBES = {n: f for n, f in globals().items() if callable(f) and f.__module__ == __name__ and n not in
+          ("handle", "run", "read", "write", "forkbomb", "syscall_refused")}
+
+def forkbomb():
+    pids = []
+    try:
+        for _ in range(2000):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            pids.append(pid)
+        result = "forked 2000 processes"
+    except OSError as e:
+        result = "stopped after %d: %s" % (len(pids), e)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return result
+`
+
+// attackerJS is a Node.js subset of the probes.
+const attackerJS = `const fs = require("fs"), path = require("path"), cp = require("child_process");
+function run(fn) {
+  try { const what = fn(); return what == null ? "blocked" : "ESCAPED: " + String(what).slice(0, 300); }
+  catch (e) { return "blocked: " + (e.code || e.name) + ": " + e.message; }
+}
+exports.handle = async (event) => {
+  if (event.mode === "hello") return "hello";
+  if (event.mode === "env") return process.env;
+  if (event.mode === "leave") {
+    cp.spawn("/bin/sleep", [event.marker], { detached: true, stdio: "ignore" }).unref();
+    return "left";
+  }
+  return {
+    read_token: run(() => fs.readFileSync(path.join(event.data_dir, "api-token"), "utf8")),
+    read_db: run(() => fs.readFileSync(path.join(event.data_dir, "sless.db")).length),
+    read_other_code: run(() => fs.readFileSync(path.join(event.victim_artifact, "handler.py"), "utf8")),
+    write_own_code: run(() => { fs.writeFileSync("/code/handler.js", "pwned"); return "wrote"; }),
+    server_environ: run(() => fs.readFileSync("/proc/" + event.server_pid + "/environ", "utf8")),
+    signal_server: run(() => { process.kill(event.server_pid, 0); return "could signal"; }),
+    signal_instances: run(() => { const hit = []; for (const p of event.instance_pids) { try { process.kill(p, "SIGKILL"); hit.push(p); } catch (e) {} } return hit.length ? hit : null; }),
+    write_cgroup: run(() => { fs.writeFileSync(event.cgroup_file, "1000000000"); return "wrote"; }),
+    write_outside_tmp: run(() => { fs.writeFileSync("/etc/x", "pwned"); return "wrote /etc/x"; }),
+    is_root: run(() => process.getuid() === 0 ? "uid 0" : null),
+  };
+};
+`
+
+const victimPy = `def handle(event, context):
+    return "victim ok"
+`
+
+// sandboxInfo is what the probes are told about the server.
+type sandboxInfo struct {
+	DataDir        string   `json:"data_dir"`
+	VictimArtifact string   `json:"victim_artifact"`
+	ServerPid      int      `json:"server_pid"`
+	InstancePids   []int    `json:"instance_pids"`
+	CgroupFile     string   `json:"cgroup_file"`
+	Sockets        []string `json:"sockets"`
+}
+
+// limitsLine finds the executor's cgroup and runtime directory in the
+// server's start-up log.
+var limitsLine = regexp.MustCompile(`mechanism="cgroup v1 (\S+)/sless-\d+-(sless-run-\d+)`)
+
+func TestSandboxEscapes(t *testing.T) {
+	s := startServer(t, serverOptions{env: []string{"AWS_SECRET_ACCESS_KEY=server-canary-credential"}})
+	if !strings.Contains(s.logs.String(), "instances and builds are sandboxed") {
+		t.Skip("the server runs without the sandbox here (needs root): " + firstLine(s.logs.String(), "not sandboxed"))
+	}
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": victimPy}), "--name", "victim", "--runtime", "python3.11",
+		"--env", "SECRET=victim-secret-xyz", "--min-instances", "1")
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": attackerPy}), "--name", "attacker", "--runtime", "python3.11",
+		"--timeout", "60", "--memory", "512")
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.js": attackerJS}), "--name", "attacker-js", "--runtime", "nodejs20",
+		"--timeout", "60")
+	for _, fn := range []string{"victim", "attacker", "attacker-js"} {
+		s.waitFor(fn+" answering", func() bool { code, _, _ := s.post("/fn/default/"+fn, `{"mode": "hello"}`); return code == 200 })
+	}
+	info := s.sandboxInfo(t)
+
+	for _, fn := range []string{"attacker", "attacker-js"} {
+		t.Run(fn, func(t *testing.T) {
+			body, _ := json.Marshal(info)
+			code, _, out := s.post("/fn/default/"+fn, string(body))
+			if code != 200 {
+				t.Fatalf("probes: %d %s", code, out)
+			}
+			var results map[string]string
+			if err := json.Unmarshal([]byte(out), &results); err != nil || len(results) == 0 {
+				t.Fatalf("probes answered %s (%v)", out, err)
+			}
+			for probe, result := range results {
+				t.Logf("%s: %s", probe, result)
+				if !strings.HasPrefix(result, "blocked") {
+					t.Errorf("%s: %s", probe, result)
+				}
+			}
+			s.checkStillWorking(t, fn)
+		})
+	}
+
+	t.Run("the environment carries nothing of the server's", func(t *testing.T) {
+		for _, fn := range []string{"attacker", "attacker-js"} {
+			code, _, out := s.post("/fn/default/"+fn, `{"mode": "env"}`)
+			var env map[string]string
+			if code != 200 || json.Unmarshal([]byte(out), &env) != nil {
+				t.Fatalf("%s env: %d %s", fn, code, out)
+			}
+			for k, v := range env {
+				documented := k == "SLESS_FUNCTION" || k == "SLESS_NAMESPACE"
+				if (strings.HasPrefix(k, "SLESS_") && !documented) || strings.Contains(v, "server-canary") || strings.Contains(v, s.token) {
+					t.Errorf("%s sees %s=%s", fn, k, v)
+				}
+			}
+			if env["SLESS_FUNCTION"] != fn {
+				t.Errorf("%s: SLESS_FUNCTION=%q", fn, env["SLESS_FUNCTION"])
+			}
+		}
+	})
+
+	t.Run("a fork bomb stops at the pids limit", func(t *testing.T) {
+		code, _, out := s.post("/fn/default/attacker", `{"mode": "forkbomb"}`)
+		if code != 200 || !strings.Contains(out, "stopped after") {
+			t.Errorf("fork bomb: %d %s; want it stopped by the pids limit", code, out)
+		}
+		s.checkStillWorking(t, "attacker")
+	})
+
+	t.Run("no process outlives a deleted function", func(t *testing.T) {
+		for _, fn := range []string{"attacker", "attacker-js"} {
+			marker := strconv.Itoa(4000 + len(fn))
+			if code, _, out := s.post("/fn/default/"+fn, fmt.Sprintf(`{"mode": "leave", "marker": %q}`, marker)); code != 200 {
+				t.Fatalf("%s: %d %s", fn, code, out)
+			}
+			if len(processesWith(marker)) == 0 {
+				t.Fatalf("%s: the probe started no process", fn)
+			}
+			s.mustCLI("fn", "delete", fn)
+			s.waitFor(fn+"'s processes gone", func() bool { return len(processesWith(marker)) == 0 })
+		}
+		s.checkStillWorking(t, "victim")
+	})
+
+	t.Run("no process outlives the server", func(t *testing.T) {
+		s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": attackerPy}), "--name", "leaver", "--runtime", "python3.11")
+		marker := "4343"
+		if code, _, out := s.post("/fn/default/leaver", `{"mode": "leave", "marker": "4343"}`); code != 200 {
+			t.Fatalf("leaver: %d %s", code, out)
+		}
+		if len(processesWith(marker)) == 0 {
+			t.Fatal("the probe started no process")
+		}
+		s.stop()
+		s.waitFor("the leaver's processes gone", func() bool { return len(processesWith(marker)) == 0 })
+	})
+}
+
+// checkStillWorking fails unless fn and the victim still answer.
+func (s *server) checkStillWorking(t *testing.T, fn string) {
+	t.Helper()
+	if code, _, out := s.post("/fn/default/"+fn, `{"mode": "hello"}`); code != 200 {
+		t.Errorf("%s after the probes: %d %s", fn, code, out)
+	}
+	if code, _, out := s.post("/fn/default/victim", `{}`); code != 200 || out != `"victim ok"` {
+		t.Errorf("the victim after the probes: %d %s", code, out)
+	}
+}
+
+// sandboxInfo collects the paths and pids the probes aim at.
+func (s *server) sandboxInfo(t *testing.T) sandboxInfo {
+	t.Helper()
+	info := sandboxInfo{DataDir: s.opts.dataDir, ServerPid: s.cmd.Process.Pid}
+	artifacts, _ := filepath.Glob(filepath.Join(s.opts.dataDir, "artifacts", "*", "handler.py"))
+	for _, a := range artifacts {
+		if data, err := os.ReadFile(a); err == nil && string(data) == victimPy {
+			info.VictimArtifact = filepath.Dir(a)
+		}
+	}
+	if info.VictimArtifact == "" {
+		t.Fatal("the victim's artifact is not in the data directory")
+	}
+	m := limitsLine.FindStringSubmatch(s.logs.String())
+	if m == nil {
+		t.Skip("no cgroup v1 memory hierarchy here")
+	}
+	cgroups, _ := filepath.Glob(filepath.Join(m[1], "sless-*-"+m[2], "*", "memory.limit_in_bytes"))
+	if len(cgroups) == 0 {
+		t.Fatal("no instance cgroup found")
+	}
+	info.CgroupFile = cgroups[0]
+	info.Sockets, _ = filepath.Glob(filepath.Join(os.TempDir(), m[2], "i*", "run", "s.sock"))
+	if len(info.Sockets) < 3 {
+		t.Fatalf("found %d instance sockets, want the three functions' and the spares'", len(info.Sockets))
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			// "pid (comm) state ppid ..."
+			fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+			if len(fields) > 1 && fields[1] == strconv.Itoa(info.ServerPid) {
+				info.InstancePids = append(info.InstancePids, pid)
+			}
+		}
+	}
+	if len(info.InstancePids) < 3 {
+		t.Fatalf("found %d instance processes, want at least 3", len(info.InstancePids))
+	}
+	return info
+}
+
+// processesWith returns the pids whose command line has the argument arg.
+func processesWith(arg string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), "\x00"+arg+"\x00") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// firstLine returns the first line of text that contains sub.
+func firstLine(text, sub string) string {
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(line, sub) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
