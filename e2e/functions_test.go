@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -202,20 +205,33 @@ func writeTree(t *testing.T, files map[string]string) string {
 // function to Ready instead of leaving it Building.
 func TestBuildResumesAfterCrash(t *testing.T) {
 	s := startServer(t, serverOptions{})
-	marker := filepath.Join(t.TempDir(), "first-install-started")
+	// The first install hangs on a request to the test; the resumed one
+	// gets an answer at once. (The sandbox lets an install reach the
+	// network, not the test's files.)
+	var requests atomic.Int32
+	hold := make(chan struct{})
+	index := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 1 {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	t.Cleanup(index.Close)
+	t.Cleanup(func() { close(hold) })
+	marker := "first-install-" + strconv.Itoa(os.Getpid())
 	dir := writeTree(t, map[string]string{
 		"handler.js": "exports.handle = async () => 'ok';\n",
-		// The first install hangs; the resumed one finds the marker and
-		// finishes at once.
-		"package.json": `{"name": "slow", "version": "1.0.0", "scripts": {"preinstall": "test -e ` + marker + ` || (touch ` + marker + ` && tail -f ` + marker + `)"}}`,
+		"package.json": `{"name": "slow", "version": "1.0.0", "scripts": {"preinstall": "node -e \"require('http').get('` +
+			index.URL + `/` + marker + `', r => process.exit(r.statusCode === 200 ? 0 : 1))\""}}`,
 	})
-	// The killed server cannot reap the script's shell and sleep (npm itself
-	// dies with the server); do it for the test.
+	// Unsandboxed, the killed server cannot reap the script's node (npm
+	// itself dies with the server); do it for the test.
 	t.Cleanup(func() { exec.Command("pkill", "-f", marker).Run() })
 	s.mustCLI("deploy", dir, "--name", "slow", "--runtime", "nodejs20", "--no-wait")
 	s.waitFunction("default", "slow", "building", func(fn function) bool {
-		_, err := os.Stat(marker)
-		return fn.Status.Phase == "Building" && err == nil
+		return fn.Status.Phase == "Building" && requests.Load() > 0
 	})
 	s.crash()
 	s.start()

@@ -263,7 +263,7 @@ type sandboxInfo struct {
 
 // limitsLine finds the executor's cgroup and runtime directory in the
 // server's start-up log.
-var limitsLine = regexp.MustCompile(`mechanism="cgroup v1 (\S+)/sless-\d+-(sless-run-\d+)`)
+var limitsLine = regexp.MustCompile(`mechanism="cgroup v1 (\S+)/sless-\d+-(sless-run-[0-9-]+)`)
 
 func TestSandboxEscapes(t *testing.T) {
 	s := startServer(t, serverOptions{env: []string{"AWS_SECRET_ACCESS_KEY=server-canary-credential"}})
@@ -346,15 +346,24 @@ func TestSandboxEscapes(t *testing.T) {
 
 	t.Run("no process outlives the server", func(t *testing.T) {
 		s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": attackerPy}), "--name", "leaver", "--runtime", "python3.11")
-		marker := "4343"
-		if code, _, out := s.post("/fn/default/leaver", `{"mode": "leave", "marker": "4343"}`); code != 200 {
-			t.Fatalf("leaver: %d %s", code, out)
+		for _, end := range []struct {
+			how    string
+			marker string
+			stop   func()
+		}{{"stopped", "4343", s.stop}, {"killed", "4344", s.crash}} {
+			s.waitFor("the leaver answering", func() bool { code, _, _ := s.post("/fn/default/leaver", `{"mode": "hello"}`); return code == 200 })
+			if code, _, out := s.post("/fn/default/leaver", fmt.Sprintf(`{"mode": "leave", "marker": %q}`, end.marker)); code != 200 {
+				t.Fatalf("leaver: %d %s", code, out)
+			}
+			if len(processesWith(end.marker)) == 0 {
+				t.Fatal("the probe started no process")
+			}
+			end.stop()
+			s.waitFor("the leaver's processes gone after the server "+end.how, func() bool { return len(processesWith(end.marker)) == 0 })
+			if end.how == "stopped" {
+				s.start()
+			}
 		}
-		if len(processesWith(marker)) == 0 {
-			t.Fatal("the probe started no process")
-		}
-		s.stop()
-		s.waitFor("the leaver's processes gone", func() bool { return len(processesWith(marker)) == 0 })
 	})
 }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
 
 // runDirPrefix starts the name of an executor's runtime directory in the
@@ -33,7 +35,12 @@ func removeDeadRunDirs(tmp string) int {
 	}
 	removed := 0
 	for _, e := range entries {
-		if e.IsDir() && ownerDead(e.Name(), runDirPrefix) && os.RemoveAll(filepath.Join(tmp, e.Name())) == nil {
+		if !e.IsDir() || !ownerDead(e.Name(), runDirPrefix) {
+			continue
+		}
+		dir := filepath.Join(tmp, e.Name())
+		sandbox.UnmountUnder(dir)
+		if os.RemoveAll(dir) == nil {
 			removed++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -169,6 +170,28 @@ func (s *Sandbox) Confine(cmd *exec.Cmd, dir string) (release func(), err error)
 	cmd.Path, cmd.Args, cmd.Env, cmd.Dir = inner.Path, inner.Args, inner.Env, ""
 	cmd.SysProcAttr = inner.SysProcAttr
 	return release, nil
+}
+
+// UnmountUnder detaches every mount below dir, deepest first: the code and
+// socket mounts of instances a killed server left behind, which keep dir
+// from being removed.
+func UnmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		// "36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 ..."
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	// Longer paths are deeper; a path mounted twice is unmounted twice.
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		unix.Unmount(p, unix.MNT_DETACH)
+	}
 }
 
 // chownTree gives dir and everything in it to uid:gid, symlinks included
