@@ -89,15 +89,14 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Prepare creates the data directory and its working directories, locks it
-// for this process (another server holding it is an error that names that
-// server), and resolves the API token, logging where a generated one was
-// stored. The caller holds the lock until it stops serving.
+// Prepare creates the data directory, locks it for this process (another
+// server holding it is an error that names that server), empties its tmp
+// directory (what is there was left by a server killed mid-upload), and
+// resolves the API token, logging where a generated one was stored. The
+// caller holds the lock until it stops serving.
 func Prepare(c Config, log *slog.Logger) (token string, lock *discovery.Lock, err error) {
-	for _, dir := range []string{c.DataDir, filepath.Join(c.DataDir, "tmp")} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return "", nil, fmt.Errorf("creating the data directory: %w", err)
-		}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("creating the data directory: %w", err)
 	}
 	lock, err = discovery.TakeLock(c.DataDir, discovery.Holder{PID: os.Getpid(), Listen: c.Listen})
 	if err != nil {
@@ -105,6 +104,14 @@ func Prepare(c Config, log *slog.Logger) (token string, lock *discovery.Lock, er
 	}
 	if lock.Stale != nil {
 		log.Warn("the previous server of this data directory did not stop cleanly; cleaned up after it", "pid", lock.Stale.PID)
+	}
+	tmp := filepath.Join(c.DataDir, "tmp")
+	if err := os.RemoveAll(tmp); err == nil {
+		err = os.Mkdir(tmp, 0o700)
+	}
+	if err != nil {
+		lock.Unlock()
+		return "", nil, fmt.Errorf("emptying the data directory's tmp: %w", err)
 	}
 	token, path, generated, err := ensureToken(c)
 	if err != nil {

@@ -3,6 +3,8 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/internal/server"
 )
 
@@ -146,5 +149,32 @@ func TestDebugLogOfFxHasNoTraces(t *testing.T) {
 		if strings.Contains(out, trace) {
 			t.Errorf("the debug log has fx's %s:\n%.2000s", trace, out)
 		}
+	}
+}
+
+// A second Prepare on a data directory in use fails naming the holder; the
+// next one after it was released empties the tmp directory that a killed
+// server's uploads left.
+func TestPrepareLocksTheDataDirectory(t *testing.T) {
+	cfg := testConfig(t)
+	_, lock, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Prepare(cfg, discard); !errors.Is(err, discovery.ErrInUse) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("second Prepare: got %v, want ErrInUse naming pid %d", err, os.Getpid())
+	}
+	left := filepath.Join(cfg.DataDir, "tmp", "upload-1.zip")
+	if err := os.WriteFile(left, []byte("partial"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	_, lock, err = Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed server's %s: %v, want it removed", left, err)
 	}
 }

@@ -158,21 +158,26 @@ func exposeHTTP(ctx context.Context, c *client.Client, ns, name string, create b
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
 
 // printFunctionResult prints what deploy made: the function as JSON, else
-// how to invoke it: its /fn URL when exposed, else the CLI command.
+// how to invoke it.
 func printFunctionResult(g *globals, w io.Writer, fn *functions.Function, c *client.Client, exposed bool) error {
 	if g.output == "json" {
 		return printJSON(w, fn)
 	}
+	_, err := fmt.Fprintln(w, howToInvoke(g, c, fn, exposed))
+	return err
+}
+
+// howToInvoke returns the /fn URL of fn when it is exposed there, else the
+// CLI command that invokes it.
+func howToInvoke(g *globals, c *client.Client, fn *functions.Function, exposed bool) string {
 	if exposed {
-		_, err := fmt.Fprintln(w, c.InvokeURL(fn.Namespace, fn.Name))
-		return err
+		return c.InvokeURL(fn.Namespace, fn.Name)
 	}
 	how := "sless invoke " + fn.Name
 	if g.namespace != "" {
 		how += " -n " + fn.Namespace
 	}
-	_, err := fmt.Fprintf(w, "%s    # not exposed on /fn: it has no enabled http trigger\n", how)
-	return err
+	return how + "    # not exposed on /fn: it has no enabled http trigger"
 }
 
 func parseEnv(pairs []string) (map[string]string, error) {
@@ -216,7 +221,11 @@ func newFnCmd(g *globals) *cobra.Command {
 				if g.output == "json" {
 					return printJSON(cmd.OutOrStdout(), fn)
 				}
-				return printFunctionDetail(cmd.OutOrStdout(), fn, c.InvokeURL(ns, fn.Name))
+				_, exposed, err := exposeHTTP(cmd.Context(), c, ns, fn.Name, false, io.Discard)
+				if err != nil {
+					return err
+				}
+				return printFunctionDetail(cmd.OutOrStdout(), fn, howToInvoke(g, c, fn, exposed))
 			}),
 		},
 		&cobra.Command{
@@ -266,7 +275,8 @@ func printFunctionTable(w io.Writer, fns []*functions.Function) error {
 	return t.Flush()
 }
 
-func printFunctionDetail(w io.Writer, fn *functions.Function, url string) error {
+// printFunctionDetail prints fn and how to invoke it.
+func printFunctionDetail(w io.Writer, fn *functions.Function, invoke string) error {
 	t := newTable(w)
 	row := func(k string, v any) { fmt.Fprintf(t, "%s:\t%v\n", k, v) }
 	row("Name", fn.Namespace+"/"+fn.Name)
@@ -285,7 +295,7 @@ func printFunctionDetail(w io.Writer, fn *functions.Function, url string) error 
 		row("Env "+k, fn.Env[k])
 	}
 	row("Generation", fmt.Sprintf("%d (observed %d)", fn.Generation, fn.Status.ObservedGeneration))
-	row("URL", url)
+	row("Invoke", invoke)
 	if err := t.Flush(); err != nil {
 		return err
 	}

@@ -31,13 +31,16 @@ func TestCLIEndpoint(t *testing.T) {
 	}
 }
 
-// deploy --http=false prints how to invoke the function, not a /fn URL that
-// answers 404.
+// deploy --http=false and fn get print how to invoke the function, not a
+// /fn URL that answers 404.
 func TestDeployWithoutHTTP(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	out := s.mustCLI("deploy", "../examples/hello-python", "--name", "private", "--runtime", "python3.11", "--http=false")
 	if strings.Contains(out, "/fn/") || !strings.HasPrefix(out, "sless invoke private") {
 		t.Errorf("deploy --http=false printed %q; want the command that invokes it, not a /fn URL", out)
+	}
+	if detail := s.mustCLI("fn", "get", "private"); strings.Contains(detail, "/fn/") || !strings.Contains(detail, "sless invoke private") {
+		t.Errorf("fn get of a function without an http trigger:\n%s\nwant the command that invokes it, not a /fn URL", detail)
 	}
 	if got := s.mustCLI("invoke", "private", "-d", `{"name": "cli"}`); !strings.Contains(got, "Hello, cli!") {
 		t.Errorf("sless invoke private answered %q", got)
