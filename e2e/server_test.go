@@ -60,7 +60,7 @@ wait:
 }
 
 // cgroupOfLog finds the memory cgroup of a server's instances in its log.
-var cgroupOfLog = regexp.MustCompile(`mechanism="cgroup v[12] ([^"]+)"`)
+var cgroupOfLog = regexp.MustCompile(`mechanism="cgroup v[12] ([^",]+)`)
 
 // After a kill -9, the CLI says the recorded server is not running, and the
 // next start removes what the dead one left: its discovery file, its
