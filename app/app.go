@@ -147,6 +147,9 @@ func serverCPUs(setting int, gomaxprocsEnv string, available int) int {
 }
 
 // Run runs the server until SIGINT or SIGTERM, then stops it gracefully.
+// Before the modules start it waits for the disk, the database and the
+// blob store (see waitForDependencies), so that a dependency that is not up
+// yet delays the start instead of failing it.
 func Run(c Config, log *slog.Logger, plugins ...fx.Option) error {
 	token, lock, err := Prepare(c, log)
 	if err != nil {
@@ -156,6 +159,11 @@ func Run(c Config, log *slog.Logger, plugins ...fx.Option) error {
 	available := goruntime.GOMAXPROCS(0)
 	if cpus := serverCPUs(c.ServerCPUs, os.Getenv("GOMAXPROCS"), available); cpus != available {
 		goruntime.GOMAXPROCS(cpus)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := waitForDependencies(ctx, c, log); err != nil {
+		return err
 	}
 	application := fx.New(Options(c, token, log, plugins...), fx.StartTimeout(2*time.Minute), fx.StopTimeout(StopTimeout))
 	if err := application.Err(); err != nil {
@@ -167,10 +175,8 @@ func Run(c Config, log *slog.Logger, plugins ...fx.Option) error {
 		return err
 	}
 	log.Info("sless is running", "listen", c.Listen, "data_dir", c.DataDir, "server_cpus", goruntime.GOMAXPROCS(0))
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	got := <-sig
-	log.Info("stopping", "signal", got.String())
+	<-ctx.Done()
+	log.Info("stopping", "signal", context.Cause(ctx).Error())
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancelStop()
 	return application.Stop(stopCtx)
