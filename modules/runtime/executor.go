@@ -62,9 +62,11 @@ type Executor interface {
 	// waiting in a bounded queue. The caller must Release the lease.
 	Acquire(ctx context.Context, namespace, name string) (Lease, error)
 	// Warm starts an instance of the function in the background unless one
-	// is free or starting, so that an invocation expected soon finds it warm.
-	// It fails with ErrNotDeployed for a function that is not deployed.
-	Warm(ctx context.Context, namespace, name string) error
+	// is free or starting, so that the invocation expected at until finds it
+	// warm: the function keeps an instance running until then, past the
+	// idle timeout. It fails with ErrNotDeployed for a function that is not
+	// deployed.
+	Warm(ctx context.Context, namespace, name string, until time.Time) error
 }
 
 // Lease is the right to send one invocation to one instance.

@@ -192,10 +192,10 @@ type Runner interface {
 	Stop(ctx context.Context) error
 }
 
-// Warmer starts an instance of a function ahead of need; runtime.Executor
-// implements it.
+// Warmer starts an instance of a function ahead of need and keeps one
+// until the invocation expected at until; runtime.Executor implements it.
 type Warmer interface {
-	Warm(ctx context.Context, namespace, function string) error
+	Warm(ctx context.Context, namespace, function string, until time.Time) error
 }
 
 // JobSpec is a FunctionJob's desired state: run Function once with Payload

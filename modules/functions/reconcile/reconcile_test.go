@@ -66,7 +66,7 @@ func (e *fakeExecutor) Acquire(context.Context, string, string) (runtime.Lease, 
 	return nil, runtime.ErrNotDeployed
 }
 
-func (e *fakeExecutor) Warm(context.Context, string, string) error { return nil }
+func (e *fakeExecutor) Warm(context.Context, string, string, time.Time) error { return nil }
 
 // fakeSuspension suspends the functions in its set.
 type fakeSuspension map[functions.Key]bool

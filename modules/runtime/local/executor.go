@@ -208,12 +208,12 @@ func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease,
 }
 
 // Warm implements runtime.Executor.
-func (e *Executor) Warm(_ context.Context, ns, name string) error {
+func (e *Executor) Warm(_ context.Context, ns, name string, until time.Time) error {
 	pl, err := e.pool(ns, name)
 	if err != nil {
 		return err
 	}
-	pl.warm()
+	pl.warm(until)
 	return nil
 }
 

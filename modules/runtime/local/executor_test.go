@@ -254,6 +254,34 @@ func TestScaleToZeroAndMinInstances(t *testing.T) {
 	}
 }
 
+// TestWarmKeepsAnInstanceUntilItsInvocation warms a function for an
+// invocation expected after the idle timeout: the instance must still be
+// there then, and go once it idles after that.
+func TestWarmKeepsAnInstanceUntilItsInvocation(t *testing.T) {
+	e := newExecutor(t, local.Config{IdleTimeout: 500 * time.Millisecond})
+	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
+	e.Deploy(context.Background(), target("prewarmed", "python3.11", dir))
+	expected := time.Now().Add(4 * time.Second)
+	if err := e.Warm(context.Background(), "default", "prewarmed", expected); err != nil {
+		t.Fatal(err)
+	}
+	// Longer than the idle timeout plus the reaper's period, well before
+	// the invocation is expected.
+	time.Sleep(2500 * time.Millisecond)
+	r := invoke(t, e, "prewarmed", "")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.lease.ColdStart() != 0 {
+		t.Errorf("the invocation a warm was for had a cold start of %v; want the warmed instance", r.lease.ColdStart())
+	}
+	// Past the expected time, idling stops it as usual.
+	time.Sleep(time.Until(expected) + 2*time.Second)
+	if again := invoke(t, e, "prewarmed", ""); again.err != nil || again.lease.ColdStart() == 0 || again.body == r.body {
+		t.Errorf("after idling past the expected invocation: %+v; want a new instance (old pid %s)", again, r.body)
+	}
+}
+
 func TestNewVersionDrainsOld(t *testing.T) {
 	e := newExecutor(t, local.Config{})
 	v1 := code(t, map[string]string{"handler.py": "def handle(e, c):\n    return 'v1'\n"})
@@ -278,11 +306,11 @@ func TestWarmAndSuspend(t *testing.T) {
 	e := newExecutor(t, local.Config{})
 	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
 	tg := target("warmed", "python3.11", dir)
-	if err := e.Warm(context.Background(), "default", "nope"); !errors.Is(err, runtime.ErrNotDeployed) {
+	if err := e.Warm(context.Background(), "default", "nope", time.Now()); !errors.Is(err, runtime.ErrNotDeployed) {
 		t.Errorf("Warm of an unknown function: %v", err)
 	}
 	e.Deploy(context.Background(), tg)
-	if err := e.Warm(context.Background(), "default", "warmed"); err != nil {
+	if err := e.Warm(context.Background(), "default", "warmed", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// The warmed instance is found without a cold start once it is up.

@@ -47,6 +47,9 @@ type pool struct {
 	starting  int
 	waiters   []*waiter
 	removed   bool
+	// warmUntil is when the invocation a warm was for is expected: until
+	// then an instance is kept whatever the idle timeout.
+	warmUntil time.Time
 }
 
 // newPool returns the pool of a function deployed as t; deploy(t) then
@@ -77,9 +80,12 @@ func (p *pool) deploy(t runtime.Target) []*instance {
 }
 
 // warm starts an instance unless one is free or starting.
-func (p *pool) warm() {
+func (p *pool) warm(until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if until.After(p.warmUntil) {
+		p.warmUntil = until
+	}
 	if p.removed || p.starting > 0 || p.pickLocked() != nil || len(p.instances) >= p.target.MaxInstances {
 		return
 	}
@@ -291,14 +297,18 @@ func (p *pool) recycle(inst *instance) {
 	inst.proc.kill()
 }
 
-// reap removes instances idle for longer than idle, keeping MinInstances,
-// and returns them to be stopped.
+// reap removes instances idle for longer than idle, keeping MinInstances
+// and, until the invocation a warm was for, one instance, and returns them
+// to be stopped.
 func (p *pool) reap(now time.Time, idle time.Duration) []*instance {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	keep := p.target.MinInstances
 	if p.target.Suspended {
 		keep = 0
+	}
+	if now.Before(p.warmUntil) {
+		keep = max(keep, 1)
 	}
 	out := p.reapLocked(func(inst *instance) bool { return now.Sub(inst.lastUsed) >= idle }, keep)
 	p.ensureMinLocked()

@@ -283,8 +283,9 @@ func TestPrewarm(t *testing.T) {
 		t.Fatalf("warmed %d times before next-prewarm", n)
 	}
 	h.tick(t, at(10, 59, 30))
-	if got := h.warm.wait(t, 1)[0]; got != "team/report" {
-		t.Errorf("warmed %s, want team/report", got)
+	// The instance is kept for the run, past the idle timeout if need be.
+	if got := h.warm.wait(t, 1)[0]; got != "team/report 11:00:05" {
+		t.Errorf("warmed %s, want team/report until 5s after the run at 11:00:00", got)
 	}
 	if n := len(h.inv.all()); n != 0 {
 		t.Fatalf("invoked %d times at prewarm time", n)
@@ -801,17 +802,18 @@ func (f *fakeInvoker) wait(t *testing.T, n int) []call {
 	return f.all()
 }
 
-// fakeWarmer records "namespace/function" of each Warm and returns err.
+// fakeWarmer records "namespace/function until" of each Warm and returns
+// err.
 type fakeWarmer struct {
 	watched
 	warmed []string
 	err    error
 }
 
-func (f *fakeWarmer) Warm(_ context.Context, namespace, function string) error {
+func (f *fakeWarmer) Warm(_ context.Context, namespace, function string, until time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.warmed = append(f.warmed, namespace+"/"+function)
+	f.warmed = append(f.warmed, namespace+"/"+function+" "+until.UTC().Format(time.TimeOnly))
 	f.notify()
 	return f.err
 }

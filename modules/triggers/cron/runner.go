@@ -265,6 +265,11 @@ func (l *loop) sleepUntil(ctx context.Context, t time.Time) bool {
 	return true
 }
 
+// prewarmGrace is how long after its time a prewarmed instance is kept for
+// a run: the run reaches the executor a moment after the time, later on a
+// loaded machine.
+const prewarmGrace = 5 * time.Second
+
 // prewarm starts an instance PrewarmSeconds before next, at once when that
 // is past already; it returns false when ctx ended first.
 func (l *loop) prewarm(ctx context.Context, next time.Time) bool {
@@ -281,7 +286,7 @@ func (l *loop) prewarm(ctx context.Context, next time.Time) bool {
 	}
 	// In the background: a cold start must not delay the run.
 	l.r.work.Go(func() {
-		if err := l.r.warm.Warm(ctx, l.key.Namespace, l.cfg.function); err != nil {
+		if err := l.r.warm.Warm(ctx, l.key.Namespace, l.cfg.function, next.Add(prewarmGrace)); err != nil {
 			// The run itself reports what matters.
 			l.r.log.Debug("cron trigger: prewarm failed", "trigger", l.key, "error", err)
 		}
