@@ -214,6 +214,9 @@ func pivot(root string) error {
 // drop switches to the spec's uid, sets limits and loads the seccomp filter
 // (with no_new_privs).
 func drop(spec *Spec) error {
+	// What an install writes must be readable by the instances that run it,
+	// whatever the server's umask.
+	unix.Umask(0o022)
 	limits := map[int]uint64{unix.RLIMIT_CORE: 0}
 	if spec.NProc > 0 {
 		limits[unix.RLIMIT_NPROC] = uint64(spec.NProc)

@@ -125,3 +125,34 @@ func TestConfineRunsAToolInItsDirectory(t *testing.T) {
 		t.Errorf("after the tool, its output is owned by uid %d, want the server's %d", uid, os.Geteuid())
 	}
 }
+
+// A spare is started before its function is known: code mounted after the
+// process started must appear in it, read-only.
+func TestCodeMountedAfterStartAppears(t *testing.T) {
+	sb := newSandbox(t)
+	code := t.TempDir()
+	if err := os.WriteFile(filepath.Join(code, "f"), []byte("late"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Release()
+	script := "for i in $(seq 300); do if [ -e /code/f ]; then cat /code/f; touch /code/g 2>/dev/null && echo writable; exit 0; fi; sleep 0.1; done; echo missing"
+	cmd := in.Command("/bin/sh", []string{"-c", script}, sandbox.Env(), nil)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.MountCode(code); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if got := strings.TrimSpace(out.String()); got != "late" {
+		t.Errorf("got %q, want the code, read-only", got)
+	}
+}
