@@ -11,7 +11,13 @@
 // a process started with their env instead.
 //
 // Memory is limited per instance with a memory cgroup where the server may
-// create one, else with RLIMIT_DATA (see memoryLimiter).
+// create one, else with RLIMIT_DATA, and processes with a pids cgroup (see
+// memoryLimiter).
+//
+// With Config.Sandbox, every process (spares included) runs in a sandbox of
+// its own (see package sandbox): a spare is generic until specialize mounts
+// its function's artifact read-only on its /code, so that cold starts keep
+// skipping the interpreter's start.
 package local
 
 import (
