@@ -331,7 +331,7 @@ func TestSandboxEscapes(t *testing.T) {
 
 	t.Run("no process outlives a deleted function", func(t *testing.T) {
 		for _, fn := range []string{"attacker", "attacker-js"} {
-			marker := strconv.Itoa(4000 + len(fn))
+			marker := fmt.Sprintf("%d.%d", 4000+len(fn), os.Getpid()) // sleep takes decimals; unique on the machine
 			if code, _, out := s.post("/fn/default/"+fn, fmt.Sprintf(`{"mode": "leave", "marker": %q}`, marker)); code != 200 {
 				t.Fatalf("%s: %d %s", fn, code, out)
 			}
@@ -350,7 +350,7 @@ func TestSandboxEscapes(t *testing.T) {
 			how    string
 			marker string
 			stop   func()
-		}{{"stopped", "4343", s.stop}, {"killed", "4344", s.crash}} {
+		}{{"stopped", fmt.Sprintf("4343.%d", os.Getpid()), s.stop}, {"killed", fmt.Sprintf("4344.%d", os.Getpid()), s.crash}} {
 			s.waitFor("the leaver answering", func() bool { code, _, _ := s.post("/fn/default/leaver", `{"mode": "hello"}`); return code == 200 })
 			if code, _, out := s.post("/fn/default/leaver", fmt.Sprintf(`{"mode": "leave", "marker": %q}`, end.marker)); code != 200 {
 				t.Fatalf("leaver: %d %s", code, out)
