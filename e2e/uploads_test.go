@@ -128,3 +128,27 @@ func TestUploadFailingOnTheServerIs5xx(t *testing.T) {
 		t.Errorf("the failed upload was stored: %+v", fn)
 	}
 }
+
+// TestBuildFailingOnTheServerShowsNoPath extracts code whose file outgrows
+// the server's file size limit: the build fails for a reason of the
+// server's, so the status says so without the paths of the server's disk.
+func TestBuildFailingOnTheServerShowsNoPath(t *testing.T) {
+	s := startServer(t, serverOptions{maxFileBlocks: 2048})
+	code, body := s.api("POST", "/v1/namespaces/default/functions", "application/json", []byte(`{"name": "big", "runtime": "python3.11"}`))
+	if code != http.StatusCreated {
+		t.Fatalf("create: HTTP %d %s", code, body)
+	}
+	// 4 MiB of zeros: a few KiB to upload and store, too large to extract.
+	code, body = s.api("POST", "/v1/namespaces/default/functions/big/upload", "application/zip",
+		zipOf(t, map[string]string{"handler.py": "def handle(e, c): pass\n", "zeros.bin": strings.Repeat("\x00", 4<<20)}))
+	if code != http.StatusAccepted {
+		t.Fatalf("upload: HTTP %d %s", code, body)
+	}
+	fn := s.waitFunction("default", "big", "the build to fail", func(fn function) bool { return fn.Status.Phase == "Failed" })
+	if strings.Contains(fn.Status.Message, "/") || !strings.Contains(fn.Status.Message, "internal error") {
+		t.Errorf("status message %q; want the generic message of a server-side failure, without paths", fn.Status.Message)
+	}
+	testenv.Eventually(t, 10*time.Second, "the server log says why the build failed", func() bool {
+		return strings.Contains(s.logs.String(), "file too large")
+	})
+}

@@ -231,8 +231,13 @@ func (b *Builder) extract(ctx context.Context, sha, zipPath, dir string) error {
 	if err != nil {
 		return fmt.Errorf("copying code %s: %w", sha, err)
 	}
-	if err := safezip.Extract(f, size, dir, b.limits); err != nil {
-		return &build.Error{Msg: err.Error(), Err: err}
+	err = safezip.Extract(f, size, dir, b.limits)
+	if e, ok := errors.AsType[*safezip.Error](err); ok {
+		return &build.Error{Msg: e.Error(), Err: err}
+	}
+	if err != nil {
+		// The disk, not the code: the message names the server's paths.
+		return fmt.Errorf("extracting code %s: %w", sha, err)
 	}
 	return nil
 }

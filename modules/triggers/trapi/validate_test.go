@@ -61,7 +61,9 @@ func TestStringFieldsAreBounded(t *testing.T) {
 			[]string{"timezone: must be at most 64 bytes (got 65)"}},
 		{"concurrency policy is quoted short", cronTrigger(func(tr *triggers.Trigger) { tr.ConcurrencyPolicy = long(10000) }),
 			[]string{`concurrency_policy: "` + long(32) + `" is not one of Allow, Forbid, Replace`}},
-		{"type is quoted short", &triggers.Trigger{Name: "x", Spec: triggers.Spec{Function: "hello", Type: long(5000)}},
+		{"namespace", cronTrigger(func(tr *triggers.Trigger) { tr.Namespace = long(64) }),
+			[]string{"namespace: must be at most 63 characters (got 64)"}},
+		{"type is quoted short", &triggers.Trigger{Name: "x", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: long(5000)}},
 			[]string{`type: "` + long(32) + `" is not one of http, cron, rabbitmq`}},
 		{"url", rabbitTrigger(func(tr *triggers.Trigger) { tr.URL = "amqp://localhost/" + long(2048) }),
 			[]string{"url: must be at most 2048 bytes (got 2065)"}},
@@ -91,6 +93,14 @@ func TestStringFieldsAreBounded(t *testing.T) {
 				t.Errorf("errors %q; want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestJobNamespaceIsChecked(t *testing.T) {
+	j := &triggers.Job{Name: "once", Namespace: "Not_A_Name", JobSpec: triggers.JobSpec{Function: "hello"}}
+	var ve *validation.Errors
+	if err := validateJob(j); !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "namespace" {
+		t.Errorf("validateJob = %v; want a namespace error", err)
 	}
 }
 
