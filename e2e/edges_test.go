@@ -27,6 +27,10 @@ def handle(event, context):
         return "printed"
     if mode == "big":
         return {"statusCode": 200, "body": "y" * event["n"]}
+    if mode == "getpid":
+        return os.getpid()
+    if mode == "big-header":
+        return {"statusCode": 200, "headers": {"X-Big": "h" * 2_000_000}, "body": "x"}
     if mode == "pid":
         with open(event["file"], "w") as f:
             f.write(str(os.getpid()))
@@ -145,6 +149,20 @@ func TestInvocationEdges(t *testing.T) {
 			}
 		})
 
+		if fn == "edge-py" {
+			t.Run(fn+" headers over the limit", func(t *testing.T) {
+				_, _, pid := s.post("/fn/default/"+fn, `{"mode": "getpid"}`)
+				code, _, body := s.post("/fn/default/"+fn, `{"mode": "big-header"}`)
+				if code != http.StatusBadGateway || !strings.Contains(body, "the headers exceed the limit of 1.0 MiB") {
+					t.Errorf("got %d %.200s; want 502 naming the limit", code, body)
+				}
+				// The handler's answer was too large; its instance is fine and stays.
+				if _, _, again := s.post("/fn/default/"+fn, `{"mode": "getpid"}`); again != pid {
+					t.Errorf("instance after the refused answer: pid %s, want the same instance (pid %s)", again, pid)
+				}
+			})
+		}
+
 		if fn == "edge-node" {
 			t.Run(fn+" error thrown after the handler returned fails nothing", func(t *testing.T) {
 				if code, _, body := s.post("/fn/default/"+fn, `{"mode": "stray"}`); code != 200 || body != `"returned"` {
@@ -160,11 +178,11 @@ func TestInvocationEdges(t *testing.T) {
 		t.Run(fn+" result cap on /fn and invoke", func(t *testing.T) {
 			big := `{"mode": "big", "n": 7340032}` // 7 MiB, over the default 6 MiB
 			code, _, body := s.post("/fn/default/"+fn, big)
-			if code != http.StatusBadGateway || !strings.Contains(body, "over the limit of 6.0 MiB") {
+			if code != http.StatusBadGateway || !strings.Contains(body, "the body of 7.0 MiB exceeds the limit of 6.0 MiB") {
 				t.Errorf("/fn: got %d %.200s; want 502 naming the limit", code, body)
 			}
 			code, data := s.api("POST", "/v1/namespaces/default/functions/"+fn+"/invoke", "application/json", []byte(big))
-			if code != http.StatusBadGateway || !strings.Contains(string(data), "over the limit of 6.0 MiB") {
+			if code != http.StatusBadGateway || !strings.Contains(string(data), "the body of 7.0 MiB exceeds the limit of 6.0 MiB") {
 				t.Errorf("invoke: got %d %.200s; want 502 naming the limit", code, data)
 			}
 			small := `{"mode": "big", "n": 1048576}`

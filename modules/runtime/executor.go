@@ -96,9 +96,10 @@ var (
 	ErrTimeout = errors.New("function timed out")
 	// ErrCrashed: the instance closed the connection or exited; it is replaced.
 	ErrCrashed = errors.New("function instance crashed")
-	// ErrResponseTooLarge: the response body exceeds the invocation's
-	// MaxResponseBytes; the instance is fine.
-	ErrResponseTooLarge = errors.New("the response body exceeds the limit")
+	// ErrResponseTooLarge: the response's body exceeds the invocation's
+	// MaxResponseBytes, or its headers the executor's limit; the instance is
+	// fine. The wrapping message says which, in the user's terms.
+	ErrResponseTooLarge = errors.New("response too large")
 )
 
 // Invocation is one request to a function instance.

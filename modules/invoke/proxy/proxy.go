@@ -256,17 +256,14 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 	if res.Err != nil {
 		c.cut = true
 		if rec.Error == "" {
-			rec.Error = "the response was cut short: " + p.cutReason(res.Err)
+			rec.Error = "the response was cut short: " + detail(res.Err, runtime.ErrResponseTooLarge)
 		}
 	}
 }
 
-// cutReason says why a response that had started failed.
-func (p *Proxy) cutReason(err error) string {
-	if errors.Is(err, runtime.ErrResponseTooLarge) {
-		return "the response body exceeds the limit of " + humanize.IBytes(uint64(p.cfg.MaxResultBytes))
-	}
-	return err.Error()
+// detail is err's message without the prefix of the sentinel it wraps.
+func detail(err, sentinel error) string {
+	return strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
 }
 
 func (p *Proxy) tooLarge() string {
@@ -330,8 +327,8 @@ func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *ru
 	case errors.As(err, &mbe):
 		p.fail(c, rec, http.StatusRequestEntityTooLarge, p.tooLarge())
 	case errors.Is(err, runtime.ErrResponseTooLarge):
-		p.fail(c, rec, http.StatusBadGateway, fmt.Sprintf("function %q returned a response body over the limit of %s",
-			c.name, humanize.IBytes(uint64(p.cfg.MaxResultBytes))))
+		p.fail(c, rec, http.StatusBadGateway, fmt.Sprintf("function %q returned a response too large to pass on: %s",
+			c.name, detail(err, runtime.ErrResponseTooLarge)))
 	case errors.As(err, &be):
 		p.fail(c, rec, http.StatusBadRequest, "reading the request body failed: "+be.Err.Error())
 	default:

@@ -27,6 +27,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dustin/go-humanize"
+
 	"sless.kube5s.ru/sless/modules/runtime"
 )
 
@@ -64,6 +66,8 @@ const bufSize = 16 << 10
 // escaping can grow up to six times), so that only a broken instance reaches
 // it.
 const MaxHeadBytes = 1 << 20
+
+var errHeadTooLarge = errors.New("the response head exceeds MaxHeadBytes")
 
 // MaxLogBytes caps the logs of one invocation (PROTOCOL.md): longer logs are
 // cut to this many bytes followed by a "...[truncated N bytes]" marker. The
@@ -156,6 +160,11 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 		return res, false, err
 	}
 	head, err := readHead(cn.br, w.Header())
+	if errors.Is(err, errHeadTooLarge) {
+		// The handler's headers, most likely: the instance is fine.
+		return res, false, fmt.Errorf("%w: the headers exceed the limit of %s", runtime.ErrResponseTooLarge,
+			humanize.IBytes(MaxHeadBytes))
+	}
 	if err != nil {
 		return res, false, connErr("reading the response", err)
 	}
@@ -168,7 +177,8 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 		// Refused before anything is written: the caller answers with an
 		// error. The unread body makes the connection unusable, not the
 		// instance.
-		return res, false, fmt.Errorf("%w: it declares %d bytes", runtime.ErrResponseTooLarge, head.contentLength)
+		return res, false, fmt.Errorf("%w: the body of %s exceeds the limit of %s", runtime.ErrResponseTooLarge,
+			humanize.IBytes(uint64(head.contentLength)), humanize.IBytes(uint64(inv.MaxResponseBytes)))
 	}
 	if inv.BeforeWrite != nil {
 		inv.BeforeWrite(&res)
@@ -188,7 +198,8 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 	}
 	if limited != body && written == inv.MaxResponseBytes {
 		if n, _ := body.Read((*buf)[:1]); n > 0 {
-			res.Err = fmt.Errorf("%w: it was cut at %d bytes", runtime.ErrResponseTooLarge, written)
+			res.Err = fmt.Errorf("%w: the body exceeds the limit of %s", runtime.ErrResponseTooLarge,
+				humanize.IBytes(uint64(inv.MaxResponseBytes)))
 			return res, false, nil
 		}
 	}
@@ -426,7 +437,7 @@ func readLine(br *bufio.Reader, budget *int) ([]byte, error) {
 		line = append(long, line...)
 	}
 	if *budget -= len(line); *budget < 0 {
-		return nil, fmt.Errorf("the response head exceeds %d bytes", MaxHeadBytes)
+		return nil, errHeadTooLarge
 	}
 	if err != nil {
 		return nil, err

@@ -145,8 +145,8 @@ func TestHeadTooLarge(t *testing.T) {
 	c := f.client()
 	defer c.Close()
 	_, _, err := do(t, c, http.MethodPost, 0)
-	if !errors.Is(err, runtime.ErrCrashed) || !strings.Contains(err.Error(), "response head exceeds") {
-		t.Errorf("Do: got %v, want ErrCrashed saying the head is too large", err)
+	if !errors.Is(err, runtime.ErrResponseTooLarge) || !strings.Contains(err.Error(), "the headers exceed the limit of 1.0 MiB") {
+		t.Errorf("Do: got %v, want ErrResponseTooLarge saying the headers are too large", err)
 	}
 }
 
