@@ -6,18 +6,16 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
 
 // The edge probes: handlers whose event selects an unusual behaviour.
-const pythonEdges = `import os
+const pythonEdges = `import os, uuid
+
+INSTANCE = uuid.uuid4().hex  # tells instances apart (each has its own pid namespace)
 
 def handle(event, context):
     event = event if isinstance(event, dict) else {}
@@ -27,14 +25,12 @@ def handle(event, context):
         return "printed"
     if mode == "big":
         return {"statusCode": 200, "body": "y" * event["n"]}
-    if mode == "getpid":
-        return os.getpid()
+    if mode == "instance":
+        return INSTANCE
+    if mode == "die":
+        os._exit(1)
     if mode == "big-header":
         return {"statusCode": 200, "headers": {"X-Big": "h" * 2_000_000}, "body": "x"}
-    if mode == "pid":
-        with open(event["file"], "w") as f:
-            f.write(str(os.getpid()))
-        return {"statusCode": 200, "body": "z" * event["n"]}
     return {"method": context.method}
 `
 
@@ -151,14 +147,14 @@ func TestInvocationEdges(t *testing.T) {
 
 		if fn == "edge-py" {
 			t.Run(fn+" headers over the limit", func(t *testing.T) {
-				_, _, pid := s.post("/fn/default/"+fn, `{"mode": "getpid"}`)
+				_, _, instance := s.post("/fn/default/"+fn, `{"mode": "instance"}`)
 				code, _, body := s.post("/fn/default/"+fn, `{"mode": "big-header"}`)
 				if code != http.StatusBadGateway || !strings.Contains(body, "the headers exceed the limit of 1.0 MiB") {
 					t.Errorf("got %d %.200s; want 502 naming the limit", code, body)
 				}
 				// The handler's answer was too large; its instance is fine and stays.
-				if _, _, again := s.post("/fn/default/"+fn, `{"mode": "getpid"}`); again != pid {
-					t.Errorf("instance after the refused answer: pid %s, want the same instance (pid %s)", again, pid)
+				if _, _, again := s.post("/fn/default/"+fn, `{"mode": "instance"}`); again != instance {
+					t.Errorf("instance after the refused answer: %s, want the same instance %s", again, instance)
 				}
 			})
 		}
@@ -227,29 +223,21 @@ func TestResponseCutShort(t *testing.T) {
 	// A body far larger than what the socket buffers between instance and
 	// client hold, under the result cap.
 	s := startServer(t, serverOptions{env: []string{"SLESS_MAX_RESULT_BYTES=64MiB"}})
-	deployEdges(t, s)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	resp, err := http.Post(s.endpoint+"/fn/default/edge-py", "application/json",
-		strings.NewReader(fmt.Sprintf(`{"mode": "pid", "n": 30000000, "file": %q}`, pidFile)))
+	// One instance that takes a second invocation while the first streams.
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": pythonEdges}), "--name", "edge-cut", "--runtime", "python3.11",
+		"--timeout", "60", "--max-instances", "1", "--concurrency", "2")
+	resp, err := http.Post(s.endpoint+"/fn/default/edge-cut", "application/json", strings.NewReader(`{"mode": "big", "n": 30000000}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("got %d %s; want the handler's 200", resp.StatusCode, body)
+		t.Fatalf("got %d %.300s; want the handler's 200", resp.StatusCode, body)
 	}
-	// The head is here, most of the body is still in the instance: kill it.
-	data, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(string(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	// The head is here, most of the body is still in the instance: end it.
+	if code, _, body := s.post("/fn/default/edge-cut", `{"mode": "die"}`); code != http.StatusBadGateway {
+		t.Fatalf("the call that ends the instance: got %d %s; want 502", code, body)
 	}
 	n, err := io.Copy(io.Discard, resp.Body)
 	if err == nil {
