@@ -19,7 +19,6 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
-	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/internal/server"
 	"sless.kube5s.ru/sless/modules/build/buildfx"
@@ -45,7 +44,6 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 		fx.WithLogger(func() fxevent.Logger { return newFxLogger(log) }),
 		fx.Supply(log, c),
 		fx.Provide(
-			func() auth.Authenticator { return auth.NewStaticToken(token) },
 			newRegistry,
 			func(lc fx.Lifecycle) (storage.Blobs, error) { return newBlobs(lc, c) },
 		),
@@ -65,6 +63,7 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 				Journal: journal.Options{Dir: filepath.Join(c.DataDir, "journal"), SyncInterval: c.JournalSync, MaxBytes: c.JournalMaxBytes}},
 			triggersfx.Config{Workers: 4},
 		),
+		authOptions(token),
 		storagefx.Module,
 		runtimefx.Module,
 		buildfx.Module,

@@ -70,6 +70,7 @@ func newRoot(plugins []fx.Option) *cobra.Command {
 		newLogsCmd(g),
 		newTriggerCmd(g),
 		newJobCmd(g),
+		newTokenCmd(g),
 		newVersionCmd(),
 	)
 	return root

@@ -20,6 +20,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.uber.org/fx"
 
+	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/validation"
 )
 
@@ -91,6 +92,27 @@ func WriteError(c *gin.Context, log *slog.Logger, err error) {
 	default:
 		log.ErrorContext(c, "request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "error", err)
 		c.AbortWithStatusJSON(http.StatusInternalServerError, ErrorBody{Error: "internal server error; the server log has the details"})
+	}
+}
+
+// WriteAuthError answers a request whose token an auth.Authenticator
+// refused or could not check: 401 for a token it does not accept, 503 when
+// the identity service does not answer (the request is never let through),
+// a logged 500 for anything else.
+func WriteAuthError(c *gin.Context, log *slog.Logger, err error) {
+	switch {
+	case errors.Is(err, auth.ErrExpired):
+		c.Header("WWW-Authenticate", `Bearer realm="sless", error="invalid_token", error_description="the token has expired"`)
+		c.AbortWithStatusJSON(http.StatusUnauthorized, ErrorBody{Error: "the API token has expired"})
+	case errors.Is(err, auth.ErrUnauthenticated):
+		c.Header("WWW-Authenticate", `Bearer realm="sless", error="invalid_token"`)
+		c.AbortWithStatusJSON(http.StatusUnauthorized, ErrorBody{Error: "invalid API token"})
+	case errors.Is(err, auth.ErrUnavailable):
+		log.WarnContext(c, "cannot check a token", "path", c.Request.URL.Path, "error", err)
+		c.Header("Retry-After", "5")
+		c.AbortWithStatusJSON(http.StatusServiceUnavailable, ErrorBody{Error: "cannot check the API token: the identity service is unavailable; retry later"})
+	default:
+		WriteError(c, log, fmt.Errorf("authenticating: %w", err))
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -57,6 +56,18 @@ type Params struct {
 	LC       fx.Lifecycle
 }
 
+// Whoami is the body of GET /v1/whoami: what the caller's token may do.
+type Whoami struct {
+	// Namespace is the token's own namespace.
+	Namespace string `json:"namespace"`
+	// Admin is set for a token that acts in every namespace and manages
+	// tokens.
+	Admin bool `json:"admin,omitempty"`
+	// Function is set for an invoker token: it only invokes that function
+	// on /fn.
+	Function string `json:"function,omitempty"`
+}
+
 // Server is the running HTTP server.
 type Server struct {
 	cfg    Config
@@ -87,7 +98,8 @@ func New(p Params) *Server {
 
 	v1 := s.engine.Group("/v1", authenticate(p.Auth, p.Log), authorizeNamespace)
 	v1.GET("/whoami", func(c *gin.Context) {
-		c.JSON(http.StatusOK, gin.H{"namespace": principal(c).Namespace})
+		p := principal(c)
+		c.JSON(http.StatusOK, Whoami{Namespace: p.Namespace, Admin: p.AllNamespaces, Function: p.Function})
 	})
 	for _, r := range p.Routes {
 		r.Register(v1, s.engine)
@@ -140,34 +152,25 @@ func (s *Server) stop(ctx context.Context) error {
 	return nil
 }
 
-const principalKey = "sless.principal"
-
 func principal(c *gin.Context) auth.Principal {
-	p, _ := c.Get(principalKey)
-	pr, _ := p.(auth.Principal)
-	return pr
+	p, _ := auth.FromContext(c.Request.Context())
+	return p
 }
 
 func authenticate(a auth.Authenticator, log *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		h := c.GetHeader("Authorization")
-		token, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || token == "" {
+		token, ok := auth.BearerToken(c.GetHeader("Authorization"))
+		if !ok {
 			c.Header("WWW-Authenticate", `Bearer realm="sless"`)
 			c.AbortWithStatusJSON(http.StatusUnauthorized, httpx.ErrorBody{Error: "missing API token: send Authorization: Bearer <token>"})
 			return
 		}
-		p, err := a.Authenticate(c, strings.TrimSpace(token))
-		if errors.Is(err, auth.ErrUnauthenticated) {
-			c.Header("WWW-Authenticate", `Bearer realm="sless", error="invalid_token"`)
-			c.AbortWithStatusJSON(http.StatusUnauthorized, httpx.ErrorBody{Error: "invalid API token"})
-			return
-		}
+		p, err := a.Authenticate(c, token)
 		if err != nil {
-			httpx.WriteError(c, log, fmt.Errorf("authenticating: %w", err))
+			httpx.WriteAuthError(c, log, err)
 			return
 		}
-		c.Set(principalKey, p)
+		c.Request = c.Request.WithContext(auth.NewContext(c.Request.Context(), p))
 	}
 }
 
@@ -182,8 +185,8 @@ func authorizeNamespace(c *gin.Context) {
 		c.AbortWithStatusJSON(http.StatusBadRequest, httpx.ErrorBody{Error: "invalid namespace: " + msg})
 		return
 	}
-	if !principal(c).CanAccess(ns) {
-		c.AbortWithStatusJSON(http.StatusForbidden, httpx.ErrorBody{Error: fmt.Sprintf("this token may not act in namespace %q", ns)})
+	if p := principal(c); !p.CanAccess(ns) {
+		c.AbortWithStatusJSON(http.StatusForbidden, httpx.ErrorBody{Error: p.Refusal(ns)})
 	}
 }
 

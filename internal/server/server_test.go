@@ -72,7 +72,12 @@ func TestAuthAndNamespaces(t *testing.T) {
 		{"admin whoami", "admin-token-0123456789", "GET", "/v1/whoami", "", 200, `"namespace":"default"`},
 		{"tenant whoami", "tenant-token", "GET", "/v1/whoami", "", 200, `"namespace":"team-a"`},
 		{"tenant in own namespace", "tenant-token", "GET", "/v1/namespaces/team-a/things", "", 200, `"ns":"team-a"`},
-		{"tenant in another namespace", "tenant-token", "GET", "/v1/namespaces/team-b/things", "", 403, `may not act in namespace "team-b"`},
+		{"tenant in another namespace", "tenant-token", "GET", "/v1/namespaces/team-b/things", "", 403, `may not act in namespace "team-b"; it may act only in namespace "team-a"`},
+		{"lower-case scheme", "bearer tenant-token", "GET", "/v1/whoami", "", 200, `"namespace":"team-a"`},
+		{"upper-case scheme", "BEARER tenant-token", "GET", "/v1/whoami", "", 200, `"namespace":"team-a"`},
+		{"other scheme", "Basic dGVuYW50LXRva2Vu", "GET", "/v1/whoami", "", 401, "missing API token"},
+		{"scheme without token", "Bearer ", "GET", "/v1/whoami", "", 401, "missing API token"},
+		{"admin whoami says admin", "admin-token-0123456789", "GET", "/v1/whoami", "", 200, `"admin":true`},
 		{"admin anywhere", "admin-token-0123456789", "GET", "/v1/namespaces/team-b/things", "", 200, `"ns":"team-b"`},
 		{"invalid namespace", "admin-token-0123456789", "GET", "/v1/namespaces/Team_B/things", "", 400, "invalid namespace"},
 		{"health is public", "", "GET", "/healthz", "", 200, "ok"},
@@ -89,7 +94,10 @@ func TestAuthAndNamespaces(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req := httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body))
-			if tt.token != "" {
+			switch {
+			case strings.Contains(tt.token, " "):
+				req.Header.Set("Authorization", tt.token)
+			case tt.token != "":
 				req.Header.Set("Authorization", "Bearer "+tt.token)
 			}
 			rec := httptest.NewRecorder()

@@ -69,6 +69,10 @@ func (a *API) create(c *gin.Context) error {
 	if err := httpx.BindNames(c, "function", &fn.Namespace, &fn.Name, false); err != nil {
 		return err
 	}
+	// The code comes only from an upload into this function's namespace
+	// (code_sha256 is read-only, like status): honouring a hash from the
+	// body would run code uploaded in another namespace.
+	fn.CodeSHA256 = ""
 	functions.ApplyDefaults(&fn.Spec, a.runtimes)
 	if err := functions.Validate(&fn, a.runtimes); err != nil {
 		return err

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"sless.kube5s.ru/sless/internal/testenv"
+)
+
+// cliAs runs the CLI against s with token instead of the server's own.
+func (s *server) cliAs(token string, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(cleanEnv(), "SLESS_DATA_DIR="+s.opts.dataDir, "SLESS_TOKEN="+token)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// newToken makes a tenant token with the CLI and returns its secret.
+func (s *server) newToken(args ...string) string {
+	s.t.Helper()
+	return strings.TrimSpace(s.mustCLI(append([]string{"token", "create"}, args...)...))
+}
+
+// TestTenantIsolation checks that a tenant token acts only in its namespace:
+// every route of another namespace answers 403 naming the namespace it may
+// use, and nothing of the other namespace shows in its own.
+func TestTenantIsolation(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	hello := writeTree(t, map[string]string{"handler.py": "def handle(event, context):\n    return 'hi from ' + context.namespace\n"})
+	s.mustCLI("deploy", hello, "-n", "team-b", "--name", "fb", "--runtime", "python3.11")
+	s.mustCLI("job", "run", "jb", "-n", "team-b", "--function", "fb")
+	code, body := s.api("GET", "/v1/namespaces/team-b/invocations", "", nil)
+	var recs struct{ Items []record }
+	if code != 200 || json.Unmarshal(body, &recs) != nil || len(recs.Items) == 0 {
+		t.Fatalf("team-b invocations: %d %s", code, body)
+	}
+	otherID := recs.Items[0].ID
+	_, before := s.getFunction("team-b", "fb")
+
+	tokenA := s.newToken("--namespace", "team-a", "--description", "team a")
+	if out, errOut, err := s.cliAs(tokenA, "deploy", hello, "--name", "fa", "--runtime", "python3.11"); err != nil {
+		t.Fatalf("team-a deploys into its own namespace (the token's): %v\n%s\n%s", err, out, errOut)
+	}
+	if code, body := s.apiWithToken(tokenA, "GET", "/v1/whoami", "", nil); code != 200 || !strings.Contains(string(body), `"namespace":"team-a"`) {
+		t.Errorf("whoami: %d %s", code, body)
+	}
+
+	fn := []byte(`{"name": "x", "runtime": "python3.11"}`)
+	trigger := []byte(`{"name": "x", "function": "fb", "type": "http"}`)
+	job := []byte(`{"name": "x", "function": "fb"}`)
+	routes := []struct {
+		method, path string
+		body         []byte
+	}{
+		{"POST", "functions", fn},
+		{"GET", "functions", nil},
+		{"GET", "functions/fb", nil},
+		{"PUT", "functions/fb", fn},
+		{"DELETE", "functions/fb", nil},
+		{"POST", "functions/fb/upload", zipOf(t, map[string]string{"handler.py": "def handle(e, c):\n    return 'pwned'\n"})},
+		{"POST", "functions/fb/invoke", nil},
+		{"GET", "functions/fb/invocations", nil},
+		{"GET", "invocations", nil},
+		{"GET", "invocations/" + otherID, nil},
+		{"POST", "triggers", trigger},
+		{"GET", "triggers", nil},
+		{"GET", "triggers/fb", nil},
+		{"PUT", "triggers/fb", trigger},
+		{"DELETE", "triggers/fb", nil},
+		{"GET", "triggers/fb/invocations", nil},
+		{"POST", "jobs", job},
+		{"GET", "jobs", nil},
+		{"GET", "jobs/jb", nil},
+		{"PUT", "jobs/jb", job},
+		{"DELETE", "jobs/jb", nil},
+		{"GET", "jobs/jb/invocations", nil},
+	}
+	for _, r := range routes {
+		t.Run(r.method+" "+r.path, func(t *testing.T) {
+			ct := "application/json"
+			if strings.HasSuffix(r.path, "/upload") {
+				ct = "application/zip"
+			}
+			code, body := s.apiWithToken(tokenA, r.method, "/v1/namespaces/team-b/"+r.path, ct, r.body)
+			if code != 403 || !strings.Contains(string(body), `it may act only in namespace \"team-a\"`) {
+				t.Errorf("got %d %s; want 403 naming namespace team-a", code, body)
+			}
+			if strings.Contains(string(body), "fb") || strings.Contains(string(body), otherID) {
+				t.Errorf("the refusal tells something of team-b: %s", body)
+			}
+		})
+	}
+
+	// Nothing of team-b shows through team-a's own routes.
+	own := []struct {
+		path string
+		code int
+	}{
+		{"functions", 200}, {"triggers", 200}, {"jobs", 200}, {"invocations", 200},
+		{"functions/fb", 404}, {"triggers/fb", 404}, {"jobs/jb", 404}, {"invocations/" + otherID, 404},
+		{"functions/fb/invocations", 200}, {"invocations?function=fb", 200},
+	}
+	for _, o := range own {
+		code, body := s.apiWithToken(tokenA, "GET", "/v1/namespaces/team-a/"+o.path, "", nil)
+		if code != o.code || strings.Contains(string(body), "team-b") || strings.Contains(string(body), `"fb"`) {
+			t.Errorf("GET team-a/%s: %d %s; want %d without anything of team-b", o.path, code, body, o.code)
+		}
+	}
+	// A trigger of team-a cannot name team-b's function.
+	code, body = s.apiWithToken(tokenA, "POST", "/v1/namespaces/team-a/triggers", "application/json", trigger)
+	if code != 400 || !strings.Contains(string(body), `function \"fb\" does not exist in namespace \"team-a\"`) {
+		t.Errorf("trigger on another namespace's function: %d %s", code, body)
+	}
+	// code_sha256 in a body is ignored: team-a cannot run team-b's code by its hash.
+	steal := []byte(`{"name": "steal", "runtime": "python3.11", "code_sha256": "` + before.CodeSHA256 + `"}`)
+	for _, m := range []string{"POST", "PUT"} {
+		path := "/v1/namespaces/team-a/functions"
+		if m == "PUT" {
+			path += "/steal"
+		}
+		code, body := s.apiWithToken(tokenA, m, path, "application/json", steal)
+		var got function
+		if code >= 300 || json.Unmarshal(body, &got) != nil || got.CodeSHA256 != "" || got.Status.Phase != "Pending" {
+			t.Errorf("%s with another namespace's code_sha256: %d %s; want it ignored (no code, Pending)", m, code, body)
+		}
+	}
+	// Tenants do not manage tokens.
+	if _, errOut, err := s.cliAs(tokenA, "token", "list"); err == nil || !strings.Contains(errOut, "only an admin token") {
+		t.Errorf("token list as a tenant: %v %s; want a refusal", err, errOut)
+	}
+	if _, after := s.getFunction("team-b", "fb"); after.Generation != before.Generation || after.CodeSHA256 != before.CodeSHA256 {
+		t.Errorf("team-b's function changed: %+v, was %+v", after, before)
+	}
+
+	// Revocation is effective on the next request.
+	var listed []struct{ ID, Namespace, Description string }
+	if err := json.Unmarshal([]byte(s.mustCLI("token", "list", "-o", "json")), &listed); err != nil || len(listed) != 1 || listed[0].Description != "team a" {
+		t.Fatalf("token list: %+v, %v", listed, err)
+	}
+	s.mustCLI("token", "revoke", listed[0].ID)
+	if code, body := s.apiWithToken(tokenA, "GET", "/v1/whoami", "", nil); code != http.StatusUnauthorized {
+		t.Errorf("revoked token: %d %s; want 401", code, body)
+	}
+
+	// An expired token fails.
+	short := s.newToken("--namespace", "team-a", "--ttl", "1s")
+	testenv.Eventually(t, 30*time.Second, "the 1s token to expire", func() bool {
+		code, body := s.apiWithToken(short, "GET", "/v1/whoami", "", nil)
+		return code == http.StatusUnauthorized && strings.Contains(string(body), "expired")
+	})
+}
