@@ -50,7 +50,7 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 		fx.Supply(
 			server.Config{Listen: c.Listen, DataDir: c.DataDir},
 			storagefx.Config{DatabaseURL: c.DatabaseURL},
-			buildfx.Config{ArtifactDir: filepath.Join(c.DataDir, "artifacts"), Limits: c.BuildLimits},
+			buildfx.Config{ArtifactDir: artifactDir(c), Limits: c.BuildLimits},
 			functionsfx.Config{
 				BuildTimeout: c.BuildTimeout, UploadLimits: c.BuildLimits,
 				UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4,
@@ -63,7 +63,7 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 				Journal: journal.Options{Dir: filepath.Join(c.DataDir, "journal"), SyncInterval: c.JournalSync, MaxBytes: c.JournalMaxBytes}},
 			triggersfx.Config{Workers: 4},
 		),
-		authOptions(token),
+		authOptions(c, token),
 		storagefx.Module,
 		runtimefx.Module,
 		buildfx.Module,
@@ -82,6 +82,9 @@ func sandboxConfig(c Config) sandbox.Config {
 	return sandbox.Config{Mode: sandbox.Mode(c.Sandbox), FirstUID: first, UIDs: count, TmpMB: c.InstanceTmpMB}
 }
 
+// artifactDir is where builds go.
+func artifactDir(c Config) string { return filepath.Join(c.DataDir, "artifacts") }
+
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -94,8 +97,16 @@ func newRegistry() *prometheus.Registry {
 // resolves the API token, logging where a generated one was stored. The
 // caller holds the lock until it stops serving.
 func Prepare(c Config, log *slog.Logger) (token string, lock *discovery.Lock, err error) {
-	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
-		return "", nil, fmt.Errorf("creating the data directory: %w", err)
+	// Only the server may read the data: the token, every function's env in
+	// the database, the uploaded and built code.
+	for _, dir := range []string{c.DataDir, artifactDir(c)} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", nil, fmt.Errorf("creating the data directory: %w", err)
+		}
+	}
+	if st, err := os.Stat(c.DataDir); err == nil && st.Mode().Perm()&0o077 != 0 {
+		log.Warn("the data directory is open to other users; it holds the API token and every function's env: chmod 700 it",
+			"data_dir", c.DataDir, "mode", st.Mode().Perm().String())
 	}
 	lock, err = discovery.TakeLock(c.DataDir, discovery.Holder{PID: os.Getpid(), Listen: c.Listen})
 	if err != nil {

@@ -114,6 +114,34 @@ func TestGeneratedTokenIsStoredPrivately(t *testing.T) {
 	}
 }
 
+// TestDataIsPrivate checks that the server creates its data for itself
+// only: directories 0700, the token and the database 0600.
+func TestDataIsPrivate(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.DataDir = filepath.Join(cfg.DataDir, "new")
+	cfg.DatabaseURL, cfg.BlobURL = "sqlite:"+filepath.Join(cfg.DataDir, "sless.db"), "file:"+filepath.Join(cfg.DataDir, "blobs")
+	token, lock, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Unlock()
+	app := fxtest.New(t, Options(cfg, token, discard))
+	app.RequireStart()
+	app.RequireStop()
+	want := map[string]os.FileMode{
+		"": 0o700, "tmp": 0o700, "artifacts": 0o700, "blobs": 0o700, "blobs/sha256": 0o700, "blobs/tmp": 0o700,
+		"api-token": 0o600, "sless.db": 0o600,
+	}
+	for name, mode := range want {
+		st, err := os.Stat(filepath.Join(cfg.DataDir, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else if st.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v; want %v", name, st.Mode().Perm(), mode)
+		}
+	}
+}
+
 func TestStartFailsOnBadAddress(t *testing.T) {
 	cfg := testConfig(t, "--listen", "203.0.113.1:1")
 	app := fx.New(Options(cfg, "token-token-token-1", discard), fx.NopLogger)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,6 +89,16 @@ type Config struct {
 	// InstancePids limits the processes and threads of an instance; default
 	// 256, plus one per concurrent invocation.
 	InstancePids int
+	// AuthWebhookURL, when set, asks this identity service (TokenReview) about
+	// the tokens that are neither the server's nor stored; default: none.
+	AuthWebhookURL string
+	// AuthWebhookToken is sent as the bearer token of each review; default none.
+	AuthWebhookToken string
+	// AuthWebhookTimeout bounds one review; default 5s.
+	AuthWebhookTimeout time.Duration
+	// AuthWebhookCacheTTL and AuthWebhookNegativeCacheTTL are how long an
+	// acceptance and a refusal are reused; defaults 2m and 10s.
+	AuthWebhookCacheTTL, AuthWebhookNegativeCacheTTL time.Duration
 }
 
 // setting is one configuration value with its flag, variable and file key.
@@ -126,6 +137,11 @@ var settings = []setting{
 	{name: "sandbox-uids", usage: "range FIRST-LAST of the uids given to confined processes, one each"},
 	{name: "instance-tmp-mb", usage: "size in MiB of a confined instance's private /tmp"},
 	{name: "instance-pids", usage: "most processes and threads of an instance (plus one per concurrent invocation)"},
+	{name: "auth-webhook-url", usage: "http(s) URL of an identity service that reviews the tokens the server does not know (Kubernetes TokenReview shape; default: none)"},
+	{name: "auth-webhook-token", usage: "bearer token sent to the identity service with each review", secret: true},
+	{name: "auth-webhook-timeout", usage: "longest the identity service may take to answer; a token it does not answer in time gets 503"},
+	{name: "auth-webhook-cache-ttl", usage: "how long the identity service's acceptance of a token is reused"},
+	{name: "auth-webhook-negative-cache-ttl", usage: "how long the identity service's refusal of a token is reused"},
 }
 
 // AddFlags registers the settings as flags of fs, writing into cfg, plus
@@ -135,7 +151,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
 		JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
-		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256}
+		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256,
+		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
 		"listen": &cfg.Listen, "data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
@@ -149,6 +166,9 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"journal-sync": &cfg.JournalSync, "journal-max-bytes": &cfg.JournalMaxBytes,
 		"server-cpus": &cfg.ServerCPUs, "sandbox": &cfg.Sandbox, "sandbox-uids": &cfg.SandboxUIDs,
 		"instance-tmp-mb": &cfg.InstanceTmpMB, "instance-pids": &cfg.InstancePids,
+		"auth-webhook-url": &cfg.AuthWebhookURL, "auth-webhook-token": &cfg.AuthWebhookToken,
+		"auth-webhook-timeout": &cfg.AuthWebhookTimeout, "auth-webhook-cache-ttl": &cfg.AuthWebhookCacheTTL,
+		"auth-webhook-negative-cache-ttl": &cfg.AuthWebhookNegativeCacheTTL,
 	}
 	for _, s := range settings {
 		usage := fmt.Sprintf("%s (env %s)", s.usage, envName(s.name))
@@ -341,6 +361,20 @@ func (c *Config) validate() error {
 	}
 	if c.InstancePids < 16 {
 		bad("instance-pids", "must be at least 16")
+	}
+	if c.AuthWebhookURL != "" {
+		if u, err := url.Parse(c.AuthWebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("auth-webhook-url", "%q is not an http:// or https:// URL", c.AuthWebhookURL)
+		}
+	}
+	if c.AuthWebhookTimeout <= 0 {
+		bad("auth-webhook-timeout", "must be positive")
+	}
+	if c.AuthWebhookCacheTTL <= 0 {
+		bad("auth-webhook-cache-ttl", "must be positive")
+	}
+	if c.AuthWebhookNegativeCacheTTL <= 0 {
+		bad("auth-webhook-negative-cache-ttl", "must be positive")
 	}
 	return errors.Join(errs...)
 }

@@ -70,6 +70,9 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 		{"unknown file key", nil, map[string]string{"SLESS_CONFIG": badFile}, `unknown setting "listn"`},
 		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, nil, "reading the config file"},
 		{"negative limit", []string{"--build-max-entries", "-1"}, nil, "build-max-entries"},
+		{"bad webhook url", []string{"--auth-webhook-url", "idp.example:8443/review"}, nil, "auth-webhook-url (SLESS_AUTH_WEBHOOK_URL): \"idp.example:8443/review\" is not an http:// or https:// URL"},
+		{"zero webhook timeout", []string{"--auth-webhook-timeout", "0s"}, nil, "auth-webhook-timeout (SLESS_AUTH_WEBHOOK_TIMEOUT): must be positive"},
+		{"zero negative ttl", nil, map[string]string{"SLESS_AUTH_WEBHOOK_NEGATIVE_CACHE_TTL": "0s"}, "auth-webhook-negative-cache-ttl"},
 		{"negative server cpus", nil, map[string]string{"SLESS_SERVER_CPUS": "-1"}, "server-cpus (SLESS_SERVER_CPUS): must not be negative"},
 	}
 	for _, tt := range tests {

@@ -134,6 +134,7 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 		Use:   "create NAME --function F --type http|cron|rabbitmq [type flags]",
 		Short: "Create a trigger",
 		Example: `  sless trigger create web --function hello --type http
+  sless trigger create web --function hello --type http --auth token   # /fn asks for a token of the namespace
   sless trigger create nightly --function report --type cron --schedule "0 3 * * *" --timezone Europe/Berlin --payload '{"full": true}'
   sless trigger create orders --function order --type rabbitmq --url amqp://guest:guest@localhost:5672/ --queue orders --max-retries 5 --dead-letter-queue orders-failed`,
 		Args: cobra.ExactArgs(1),
@@ -167,6 +168,7 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 	fl.StringVar(&t.Function, "function", "", "function to invoke (required)")
 	fl.StringVar(&t.Type, "type", "", "http, cron or rabbitmq (required)")
 	fl.BoolVar(&disabled, "disabled", false, "create it disabled")
+	fl.StringVar(&t.Auth, "auth", "", "http: none (default: public) or token (callers need a token of the namespace, or an invoker token of the function)")
 	fl.StringVar(&t.Schedule, "schedule", "", "cron: 5-field expression, @hourly-style descriptor or @every <duration>")
 	fl.StringVar(&t.Timezone, "timezone", "", "cron: IANA time zone (default UTC)")
 	fl.StringVar(&payload, "payload", "", "cron: JSON event of every run")

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/auth/webhook"
 	"sless.kube5s.ru/sless/internal/testenv"
 )
 
@@ -158,4 +161,144 @@ func TestTenantIsolation(t *testing.T) {
 		code, body := s.apiWithToken(short, "GET", "/v1/whoami", "", nil)
 		return code == http.StatusUnauthorized && strings.Contains(string(body), "expired")
 	})
+}
+
+// TestWebhookTokens checks tokens that an identity service reviews: its
+// answer decides the namespace, its refusal is a 401, and when it is down a
+// token the server does not know gets 503 while the server's own and stored
+// tokens keep working.
+func TestWebhookTokens(t *testing.T) {
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rev webhook.Review
+		if r.Header.Get("Authorization") != "Bearer idp-secret-0123" || json.NewDecoder(r.Body).Decode(&rev) != nil {
+			http.Error(w, "who are you", http.StatusUnauthorized)
+			return
+		}
+		if ns, ok := strings.CutPrefix(rev.Spec.Token, "idp-"); ok {
+			rev.Status = webhook.ReviewStatus{Authenticated: true,
+				User: webhook.UserInfo{Username: "u-" + ns, Extra: map[string][]string{webhook.NamespaceKey: {ns}}}}
+		}
+		json.NewEncoder(w).Encode(rev)
+	}))
+	defer idp.Close()
+	s := startServer(t, serverOptions{env: []string{"SLESS_AUTH_WEBHOOK_URL=" + idp.URL, "SLESS_AUTH_WEBHOOK_TOKEN=idp-secret-0123",
+		"SLESS_AUTH_WEBHOOK_TIMEOUT=2s", "SLESS_AUTH_WEBHOOK_NEGATIVE_CACHE_TTL=1ms"}})
+	stored := s.newToken("--namespace", "team-s")
+
+	checks := []struct {
+		token, path string
+		code        int
+		want        string
+	}{
+		{"idp-team-a", "/v1/whoami", 200, `"namespace":"team-a"`},
+		{"idp-team-a", "/v1/namespaces/team-a/functions", 200, `"items":[]`},
+		{"idp-team-a", "/v1/namespaces/team-b/functions", 403, `it may act only in namespace \"team-a\"`},
+		{"idp-team-a", "/v1/tokens", 403, "only an admin token"},
+		{"nobody", "/v1/whoami", 401, "invalid API token"},
+		{stored, "/v1/whoami", 200, `"namespace":"team-s"`},
+	}
+	for _, c := range checks {
+		if code, body := s.apiWithToken(c.token, "GET", c.path, "", nil); code != c.code || !strings.Contains(string(body), c.want) {
+			t.Errorf("GET %s with %.10s: %d %s; want %d containing %s", c.path, c.token, code, body, c.code, c.want)
+		}
+	}
+
+	idp.Close()
+	code, body := s.apiWithToken("idp-team-c", "GET", "/v1/whoami", "", nil)
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "identity service is unavailable") {
+		t.Errorf("a new token while the identity service is down: %d %s; want 503", code, body)
+	}
+	if code, body := s.apiWithToken("nobody", "GET", "/v1/whoami", "", nil); code != http.StatusServiceUnavailable {
+		t.Errorf("an unknown token whose refusal expired, while the service is down: %d %s; want 503, not a silent answer", code, body)
+	}
+	for _, tok := range []string{s.token, stored} {
+		if code, body := s.apiWithToken(tok, "GET", "/v1/whoami", "", nil); code != 200 {
+			t.Errorf("a token the server knows while the identity service is down: %d %s; want 200", code, body)
+		}
+	}
+}
+
+// fnAs calls /fn with an optional Authorization header.
+func (s *server) fnAs(authorization, path string) (int, string) {
+	s.t.Helper()
+	req, err := http.NewRequest("POST", s.endpoint+path, strings.NewReader(`{}`))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+// TestPrivateFunction checks an http trigger with auth "token": /fn refuses
+// callers without a token that may invoke the function before anything
+// starts an instance, and the function never sees the token.
+func TestPrivateFunction(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	dir := writeTree(t, map[string]string{"handler.py": `def handle(event, context):
+    return {"sees_token": any(k.lower() == "authorization" for k in context.headers)}
+`})
+	s.mustCLI("deploy", dir, "--name", "priv", "--runtime", "python3.11", "--http=false")
+	s.mustCLI("deploy", dir, "--name", "pub", "--runtime", "python3.11")
+	s.mustCLI("trigger", "create", "priv", "--function", "priv", "--type", "http", "--auth", "token")
+
+	tenant := s.newToken("--namespace", "default")
+	other := s.newToken("--namespace", "team-b")
+	invoker := s.newToken("--namespace", "default", "--function", "priv")
+	otherInvoker := s.newToken("--namespace", "default", "--function", "pub")
+	refusals := []struct {
+		name, authorization string
+		code                int
+		want                string
+	}{
+		{"no token", "", 401, `function \"priv\" is private`},
+		{"another scheme", "Basic " + tenant, 401, `function \"priv\" is private`},
+		{"unknown token", "Bearer nope", 401, "invalid API token"},
+		{"another namespace's token", "Bearer " + other, 403, `may not invoke function \"priv\"`},
+		{"another function's invoker token", "Bearer " + otherInvoker, 403, `may not invoke function \"priv\"`},
+	}
+	for _, r := range refusals {
+		if code, body := s.fnAs(r.authorization, "/fn/default/priv"); code != r.code || !strings.Contains(body, r.want) {
+			t.Errorf("%s: %d %s; want %d containing %s", r.name, code, body, r.code, r.want)
+		}
+	}
+	// The refusals woke nothing and recorded nothing: the first call let in
+	// is a cold start.
+	if recs := s.invocations("functions/priv/invocations"); len(recs) != 0 {
+		t.Errorf("refused calls were recorded: %+v", recs)
+	}
+	code, body := s.fnAs("bearer "+tenant, "/fn/default/priv")
+	if code != 200 || body != `{"sees_token":false}` {
+		t.Fatalf("tenant token: %d %s; want 200 and a handler that does not see the token", code, body)
+	}
+	s.waitFor("the first invocation's record", func() bool { return len(s.invocations("functions/priv/invocations")) == 1 })
+	if rec := s.invocations("functions/priv/invocations")[0]; !rec.ColdStart {
+		t.Errorf("the first call let in was warm: a refused call started an instance (%+v)", rec)
+	}
+	for name, authorization := range map[string]string{"invoker token": "Bearer " + invoker, "admin token": "Bearer " + s.token} {
+		if code, body := s.fnAs(authorization, "/fn/default/priv"); code != 200 {
+			t.Errorf("%s: %d %s; want 200", name, code, body)
+		}
+	}
+	// The default stays public, and a public function keeps its caller's
+	// Authorization header.
+	if code, body := s.fnAs("Bearer the-callers-own", "/fn/default/pub"); code != 200 || body != `{"sees_token":true}` {
+		t.Errorf("public function: %d %s; want 200 with the caller's header", code, body)
+	}
+	if code, body := s.fnAs("", "/fn/default/pub"); code != 200 {
+		t.Errorf("public function without a token: %d %s", code, body)
+	}
+	// Making the trigger public again opens the function to anyone.
+	s.mustCLI("trigger", "delete", "priv")
+	s.mustCLI("trigger", "create", "priv", "--function", "priv", "--type", "http")
+	if code, body := s.fnAs("", "/fn/default/priv"); code != 200 {
+		t.Errorf("after the trigger became public: %d %s", code, body)
+	}
 }

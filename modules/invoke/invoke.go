@@ -119,11 +119,21 @@ type Response struct {
 	Error string
 }
 
-// Exposure decides which functions /fn serves: those with an enabled http
-// trigger. Implementations answer from memory; the proxy asks on every
-// request.
+// Access is how /fn serves a function.
+type Access struct {
+	// Exposed is set when an enabled http trigger exposes the function.
+	Exposed bool
+	// TokenRequired is set when one of them has auth "token": callers need
+	// a token that may invoke the function, checked before an instance is
+	// acquired.
+	TokenRequired bool
+}
+
+// Exposure decides which functions /fn serves, and to whom: those with an
+// enabled http trigger. Implementations answer from memory; the proxy asks
+// on every request.
 type Exposure interface {
-	Exposed(namespace, function string) bool
+	Access(namespace, function string) Access
 }
 
 // Invoker runs a function once through the same path as /fn: the same

@@ -27,6 +27,22 @@ const (
 	PolicyReplace = "Replace"
 )
 
+// Auth modes of http triggers.
+const (
+	// AuthNone: /fn serves anyone (the default).
+	AuthNone = "none"
+	// AuthToken: /fn serves only callers with a token of the function's
+	// namespace (or an invoker token of the function).
+	AuthToken = "token"
+)
+
+// HTTPSpec holds the fields of http triggers.
+type HTTPSpec struct {
+	// Auth is none (default: public) or token. A function is private on
+	// /fn while any of its enabled http triggers says token.
+	Auth string `json:"auth,omitempty"`
+}
+
 // CronSpec holds the fields of cron triggers.
 type CronSpec struct {
 	// Schedule is a standard 5-field cron expression, "@every <duration>" or
@@ -75,6 +91,7 @@ type Spec struct {
 	// enabled, /fn answers 404 for it and it scales to zero; a disabled cron
 	// or rabbitmq trigger stops firing or consuming. Nothing is deleted.
 	Enabled *bool `json:"enabled,omitempty"`
+	HTTPSpec
 	CronSpec
 	RabbitMQSpec
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
@@ -45,23 +46,25 @@ type Proxy struct {
 	store    functions.Store
 	ledger   invoke.Ledger
 	exposure invoke.Exposure
+	authn    auth.Authenticator
 	log      *slog.Logger
 	refusals *refusals
 }
 
 var _ invoke.Invoker = (*Proxy)(nil)
 
-// New returns the proxy. /fn serves the functions exposure allows; the store
-// tells an unknown function (404) from one that is not ready (503) when the
-// executor does not run it.
-func New(cfg Config, executor runtime.Executor, store functions.Store, ledger invoke.Ledger, exposure invoke.Exposure, log *slog.Logger) *Proxy {
+// New returns the proxy. /fn serves the functions exposure allows, private
+// ones to the callers authn accepts; the store tells an unknown function
+// (404) from one that is not ready (503) when the executor does not run it.
+func New(cfg Config, executor runtime.Executor, store functions.Store, ledger invoke.Ledger, exposure invoke.Exposure,
+	authn auth.Authenticator, log *slog.Logger) *Proxy {
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = 6 << 20
 	}
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = 6 << 20
 	}
-	return &Proxy{cfg: cfg, executor: executor, store: store, ledger: ledger, exposure: exposure, log: log,
+	return &Proxy{cfg: cfg, executor: executor, store: store, ledger: ledger, exposure: exposure, authn: authn, log: log,
 		refusals: newRefusals(ledger, time.Second)}
 }
 
@@ -95,8 +98,12 @@ func (p *Proxy) serveFn(c *gin.Context) {
 		writeError(c.Writer, http.StatusNotFound, "paths under /_sless/ are reserved by the platform")
 		return
 	}
-	if !p.exposure.Exposed(ns, name) {
+	access := p.exposure.Access(ns, name)
+	if !access.Exposed {
 		p.notExposed(c, ns, name)
+		return
+	}
+	if access.TokenRequired && !p.authorize(c, ns, name) {
 		return
 	}
 	p.serveHTTP(c.Request.Context(), &call{ns: ns, name: name, path: path, r: c.Request, w: c.Writer,
@@ -119,6 +126,32 @@ func (p *Proxy) serveHTTP(ctx context.Context, c *call) {
 	if c.cut {
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// authorize checks the caller of a private function before anything can
+// wake it, and answers the refusal: 401 without a valid token, 403 for a
+// token that may not invoke the function, 503 when the token cannot be
+// checked. An accepted token is removed from the request: it is the
+// platform's, not the function's.
+func (p *Proxy) authorize(c *gin.Context, ns, name string) bool {
+	token, ok := auth.BearerToken(c.GetHeader("Authorization"))
+	if !ok {
+		c.Header("WWW-Authenticate", `Bearer realm="sless"`)
+		writeError(c.Writer, http.StatusUnauthorized, fmt.Sprintf(
+			"function %q is private: send Authorization: Bearer <token> with a token of namespace %q", name, ns))
+		return false
+	}
+	who, err := p.authn.Authenticate(c, token)
+	if err != nil {
+		httpx.WriteAuthError(c, p.log, err)
+		return false
+	}
+	if !who.CanInvoke(ns, name) {
+		writeError(c.Writer, http.StatusForbidden, fmt.Sprintf("this token may not invoke function %q of namespace %q", name, ns))
+		return false
+	}
+	c.Request.Header.Del("Authorization")
+	return true
 }
 
 // notExposed answers /fn for a function without an enabled http trigger.

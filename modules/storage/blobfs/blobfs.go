@@ -49,7 +49,8 @@ var _ storage.Blobs = (*Store)(nil)
 func New(dir string) (*Store, error) {
 	s := &Store{blobs: filepath.Join(dir, "sha256"), tmp: filepath.Join(dir, "tmp")}
 	for _, d := range []string{s.blobs, s.tmp} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		// Uploaded code is its owner's: only the server reads it.
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("blobfs: create %s: %w", d, err)
 		}
 	}
@@ -123,11 +124,11 @@ func (s *Store) commit(f *os.File, key string) (err error) {
 		return nil
 	}
 	// Blobs are immutable; read-only files make that visible to operators.
-	if err := os.Chmod(tmp, 0o444); err != nil {
+	if err := os.Chmod(tmp, 0o400); err != nil {
 		return fmt.Errorf("chmod %s: %w", tmp, err)
 	}
 	dir := filepath.Dir(final)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	// A concurrent Put of the same content may rename first; rename then

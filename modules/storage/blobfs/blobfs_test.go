@@ -44,6 +44,14 @@ func TestLayout(t *testing.T) {
 		t.Errorf("ReadFile(%s) = %q, %v; want %q", path, got, err, "hello")
 	}
 	assertNoTemps(t, dir)
+	// Uploaded code is readable by the server's user only.
+	for p, want := range map[string]os.FileMode{path: 0o400, filepath.Dir(path): 0o700, filepath.Join(dir, "sha256"): 0o700, filepath.Join(dir, "tmp"): 0o700} {
+		if st, err := os.Stat(p); err != nil {
+			t.Error(err)
+		} else if st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v; want %v", p, st.Mode().Perm(), want)
+		}
+	}
 }
 
 // failAfter returns n bytes, then an error.

@@ -82,6 +82,13 @@ func Open(rawURL string, log *slog.Logger) (*gorm.DB, Dialect, error) {
 		if err := os.MkdirAll(filepath.Dir(dsn), 0o700); err != nil {
 			return nil, "", fmt.Errorf("creating the database directory: %w", err)
 		}
+		// The database holds every function's env: SQLite would create it
+		// (and its journals, which take its mode) readable by all.
+		f, err := os.OpenFile(dsn, os.O_CREATE|os.O_RDONLY, 0o600)
+		if err != nil {
+			return nil, "", fmt.Errorf("creating the database file: %w", err)
+		}
+		f.Close()
 		db, err = gorm.Open(sqlite.Open(sqliteDSN(dsn)), cfg)
 	case Postgres:
 		db, err = gorm.Open(postgres.Open(dsn), cfg)

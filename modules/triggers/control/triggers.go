@@ -49,7 +49,7 @@ func (r *TriggerReconciler) LoadGate(ctx context.Context) error {
 	}
 	for _, t := range all {
 		if t.Type == triggers.TypeHTTP && t.IsEnabled() {
-			r.gate.set(t.Key(), functionOf(t))
+			r.gate.set(t.Key(), openingOf(t))
 		}
 	}
 	return nil
@@ -79,9 +79,9 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (co
 	}
 	active := phase == triggers.PhaseActive
 
-	var exposed functions.Key
+	var exposed opening
 	if t.Type == triggers.TypeHTTP && active {
-		exposed = functionOf(t)
+		exposed = openingOf(t)
 	}
 	r.expose(key, exposed)
 	for typ, runner := range r.runners {
@@ -102,16 +102,21 @@ func (r *TriggerReconciler) stop(key triggers.Key) {
 	for _, runner := range r.runners {
 		runner.Remove(key)
 	}
-	r.expose(key, functions.Key{})
+	r.expose(key, opening{})
 	r.keeper.forget(key)
 }
 
-// expose sets what the trigger exposes on /fn and tells the functions
+// expose sets what the trigger opens on /fn and tells the functions
 // reconciler about every function whose exposure changed.
-func (r *TriggerReconciler) expose(key triggers.Key, function functions.Key) {
-	for _, fn := range r.gate.set(key, function) {
+func (r *TriggerReconciler) expose(key triggers.Key, o opening) {
+	for _, fn := range r.gate.set(key, o) {
 		r.notifier.Changed(fn)
 	}
+}
+
+// openingOf returns what the http trigger t opens when it is enabled.
+func openingOf(t *triggers.Trigger) opening {
+	return opening{function: functionOf(t), token: t.Auth == triggers.AuthToken}
 }
 
 // functionOf returns the key of the function t invokes.

@@ -36,6 +36,10 @@ func applyTriggerDefaults(t *triggers.Trigger) {
 		t.Enabled = &on
 	}
 	switch t.Type {
+	case triggers.TypeHTTP:
+		if t.Auth == "" {
+			t.Auth = triggers.AuthNone
+		}
 	case triggers.TypeCron:
 		if t.ConcurrencyPolicy == "" {
 			t.ConcurrencyPolicy = triggers.PolicyAllow
@@ -60,13 +64,16 @@ func validateTrigger(t *triggers.Trigger) error {
 	errs.Name("function", t.Function)
 	switch t.Type {
 	case triggers.TypeHTTP:
+		if t.Auth != triggers.AuthNone && t.Auth != triggers.AuthToken {
+			errs.Add("auth", "%.32q is not one of none, token", t.Auth)
+		}
 		onlyFor(errs, t, "cron", "rabbitmq")
 	case triggers.TypeCron:
 		validateCron(errs, &t.CronSpec)
-		onlyFor(errs, t, "rabbitmq")
+		onlyFor(errs, t, "http", "rabbitmq")
 	case triggers.TypeRabbitMQ:
 		validateRabbitMQ(errs, &t.RabbitMQSpec)
-		onlyFor(errs, t, "cron")
+		onlyFor(errs, t, "http", "cron")
 	case "":
 		errs.Add("type", "is required: http, cron or rabbitmq")
 	default:
@@ -83,6 +90,7 @@ func onlyFor(errs *validation.Errors, t *triggers.Trigger, others ...string) {
 		name string
 		set  bool
 	}{
+		"http": {{"auth", t.Auth != ""}},
 		"cron": {{"schedule", c.Schedule != ""}, {"timezone", c.Timezone != ""}, {"payload", len(c.Payload) > 0},
 			{"concurrency_policy", c.ConcurrencyPolicy != ""}, {"prewarm_seconds", c.PrewarmSeconds != 0}},
 		"rabbitmq": {{"url", r.URL != ""}, {"queue", r.Queue != ""}, {"exchange", r.Exchange != ""},

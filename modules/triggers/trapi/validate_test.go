@@ -113,3 +113,35 @@ func TestJobPayloadIsBounded(t *testing.T) {
 		t.Errorf("validateJob = %v; want a payload error naming the limit", err)
 	}
 }
+
+func TestHTTPAuth(t *testing.T) {
+	tests := []struct {
+		typ, auth, want string
+	}{
+		{triggers.TypeHTTP, "", ""},
+		{triggers.TypeHTTP, "none", ""},
+		{triggers.TypeHTTP, "token", ""},
+		{triggers.TypeHTTP, "basic", `auth: "basic" is not one of none, token`},
+		{triggers.TypeCron, "token", "auth: is a field of http triggers, not of cron triggers"},
+	}
+	for _, tt := range tests {
+		tr := &triggers.Trigger{Name: "web", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: tt.typ}}
+		tr.Auth = tt.auth
+		if tt.typ == triggers.TypeCron {
+			tr.Schedule = "@hourly"
+		}
+		applyTriggerDefaults(tr)
+		err := validateTrigger(tr)
+		var ve *validation.Errors
+		got := ""
+		if errors.As(err, &ve) {
+			got = ve.Fields[0].Field + ": " + ve.Fields[0].Msg
+		}
+		if got != tt.want {
+			t.Errorf("%s trigger with auth %q: got %q; want %q", tt.typ, tt.auth, got, tt.want)
+		}
+		if tt.typ == triggers.TypeHTTP && tt.want == "" && tr.Auth == "" {
+			t.Errorf("auth %q: no default applied", tt.auth)
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package control
+
+import (
+	"slices"
+	"testing"
+
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/triggers"
+)
+
+func TestGate(t *testing.T) {
+	fn := functions.Key{Namespace: "a", Name: "f"}
+	pub := opening{function: fn}
+	priv := opening{function: fn, token: true}
+	web, api := triggers.Key{Namespace: "a", Name: "web"}, triggers.Key{Namespace: "a", Name: "api"}
+	g := NewGate()
+	steps := []struct {
+		name        string
+		key         triggers.Key
+		o           opening
+		want        invoke.Access
+		wantChanged []functions.Key
+	}{
+		{"public trigger exposes", web, pub, invoke.Access{Exposed: true}, []functions.Key{fn}},
+		{"a private one makes it private", api, priv, invoke.Access{Exposed: true, TokenRequired: true}, nil},
+		{"the public one goes private too", web, priv, invoke.Access{Exposed: true, TokenRequired: true}, nil},
+		{"one private trigger removed", api, opening{}, invoke.Access{Exposed: true, TokenRequired: true}, nil},
+		{"back to public", web, pub, invoke.Access{Exposed: true}, nil},
+		{"the same again changes nothing", web, pub, invoke.Access{Exposed: true}, nil},
+		{"last trigger removed", web, opening{}, invoke.Access{}, []functions.Key{fn}},
+	}
+	for _, s := range steps {
+		changed := g.set(s.key, s.o)
+		if got := g.Access(fn.Namespace, fn.Name); got != s.want || !slices.Equal(changed, s.wantChanged) {
+			t.Fatalf("%s: access %+v, changed %v; want %+v, %v", s.name, got, changed, s.want, s.wantChanged)
+		}
+	}
+	if len(g.opened) != 0 || len(g.triggers) != 0 || len(g.private) != 0 {
+		t.Errorf("gate kept state after every trigger was removed: %+v", g)
+	}
+}
