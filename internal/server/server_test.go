@@ -86,7 +86,7 @@ func TestAuthAndNamespaces(t *testing.T) {
 		{"panic", "", "GET", "/panic", "", 500, "internal server error"},
 		{"malformed JSON", "admin-token-0123456789", "POST", "/v1/echo", "{\n\"name\": }", 400, "line 2"},
 		{"unknown field", "admin-token-0123456789", "POST", "/v1/echo", `{"nmae": "x"}`, 400, `unknown field "nmae"`},
-		{"wrong type", "admin-token-0123456789", "POST", "/v1/echo", `{"name": 5}`, 400, `field "name" must be string`},
+		{"wrong type", "admin-token-0123456789", "POST", "/v1/echo", `{"name": 5}`, 400, `field "name" must be a string, not a number`},
 		{"empty body", "admin-token-0123456789", "POST", "/v1/echo", ``, 400, "empty"},
 		{"trailing data", "admin-token-0123456789", "POST", "/v1/echo", `{"name": "x"} {}`, 400, "unexpected data"},
 		{"good JSON", "admin-token-0123456789", "POST", "/v1/echo", `{"name": "x"}`, 200, `"name":"x"`},
