@@ -26,9 +26,10 @@ import (
 )
 
 var (
-	duration    = flag.Duration("duration", 10*time.Second, "length of each load run")
-	coldSamples = flag.Int("cold-samples", 15, "cold starts measured per runtime")
-	writeReadme = flag.Bool("write", false, "replace the results table in bench/README.md")
+	duration     = flag.Duration("duration", 10*time.Second, "length of each load run")
+	coldSamples  = flag.Int("cold-samples", 15, "cold starts measured per runtime")
+	writeReadme  = flag.Bool("write", false, "replace the results table in bench/README.md")
+	onlyOverload = flag.Bool("overload", false, "run only the overload measurement and print its table")
 )
 
 const token = "bench-token-0123456789"
@@ -80,6 +81,13 @@ func run() error {
 	}
 	defer srv.stop()
 	var report bytes.Buffer
+	if *onlyOverload {
+		if err := overload(srv, &report); err != nil {
+			return err
+		}
+		os.Stdout.Write(report.Bytes())
+		return nil
+	}
 	fmt.Fprintf(&report, "Measured %s on %s (%d CPUs), wrk %s per run.\n\n", time.Now().Format("2006-01-02"), hostname(), goruntime.NumCPU(), *duration)
 	fmt.Fprintln(&report, "| runtime | connections | direct req/s | /fn req/s | ratio | direct p50 | /fn p50 | added p50 | direct p99 | /fn p99 |")
 	fmt.Fprintln(&report, "|---|---|---|---|---|---|---|---|---|---|")
@@ -158,6 +166,9 @@ func run() error {
 	fmt.Fprintln(&report, "|---|---|---|---|---|---|")
 	for _, r := range coldRows {
 		fmt.Fprintln(&report, r)
+	}
+	if err := overload(srv, &report); err != nil {
+		return err
 	}
 	logf("ledger")
 	rate, err := ledgerRate()

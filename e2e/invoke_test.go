@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -320,4 +322,63 @@ func TestLedgerSurvivesShutdownUnderLoad(t *testing.T) {
 		t.Errorf("%d of %d answered invocations have no record after the restart, e.g. %s", len(missing), len(answered), missing[0])
 	}
 	t.Logf("%d answered invocations, all recorded", len(answered))
+}
+
+// TestRefusalsAtCapacity: a /fn request refused at capacity is a paced 503
+// without an invocation id, and the ledger gets one record per function and
+// second that counts the refusals instead of one record each.
+func TestRefusalsAtCapacity(t *testing.T) {
+	s := startServer(t, serverOptions{env: []string{"SLESS_QUEUE_DEPTH=1"}})
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": pythonProbe}), "--name", "py", "--runtime", "python3.11",
+		"--max-instances", "1", "--concurrency", "1", "--timeout", "20")
+	if code, _, body := s.post("/fn/default/py", `{}`); code != 200 {
+		t.Fatalf("warm-up: %d %s", code, body)
+	}
+	// Of 22 calls at once, one runs, one waits and 20 are refused.
+	const calls, refused = 22, 20
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		codes = map[int]int{}
+	)
+	for range calls {
+		wg.Go(func() {
+			start := time.Now()
+			code, h, body := s.post("/fn/default/py", `{"mode": "sleep", "seconds": 3}`)
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+			if code != http.StatusServiceUnavailable {
+				return
+			}
+			switch {
+			case !strings.Contains(body, "at capacity") || h.Get("Retry-After") != "1":
+				t.Errorf("got %d %s %v; want 503 at capacity with Retry-After", code, body, h)
+			case h.Get("X-Sless-Invocation-Id") != "":
+				t.Errorf("a refusal carries invocation id %s; refusals are not recorded one by one", h.Get("X-Sless-Invocation-Id"))
+			case time.Since(start) < 100*time.Millisecond:
+				t.Errorf("a refusal was answered after %v; want it paced by 100ms", time.Since(start))
+			}
+		})
+	}
+	wg.Wait()
+	if codes[http.StatusOK] != calls-refused || codes[http.StatusServiceUnavailable] != refused {
+		t.Fatalf("answers by status %v; want %d 200 and %d 503", codes, calls-refused, refused)
+	}
+	count := regexp.MustCompile(`^(\d+) invocations on /fn refused at capacity`)
+	s.waitFor("summary records counting every refusal", func() bool {
+		total := 0
+		for _, r := range s.invocations("functions/py/invocations?status=503") {
+			m := count.FindStringSubmatch(r.Error)
+			if m == nil {
+				t.Fatalf("a 503 record that is not a summary: %+v", r)
+			}
+			n, _ := strconv.Atoi(m[1])
+			total += n
+		}
+		if total > refused {
+			t.Fatalf("the summary records count %d refusals, want %d", total, refused)
+		}
+		return total == refused
+	})
 }

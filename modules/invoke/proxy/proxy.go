@@ -334,8 +334,9 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		// the invocations that got capacity: a refusal on /fn is counted
 		// into its function's summary record, not recorded on its own.
 		c.w.Header().Del("X-Sless-Invocation-Id")
-		writeError(c.w, http.StatusServiceUnavailable, msg)
 		p.refusals.add(c.ns, c.name)
+		p.refusals.pace(ctx)
+		writeError(c.w, http.StatusServiceUnavailable, msg)
 	case errors.Is(err, runtime.ErrStart):
 		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+strings.TrimPrefix(err.Error(), runtime.ErrStart.Error()+": "))
 	case ctx.Err() != nil:

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+var (
+	requestsLine = regexp.MustCompile(`(\d+) requests in ([0-9.]+)(us|ms|s|m)`)
+	non2xxLine   = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+)
+
+// overloadConns are the connection counts of the overload runs: below the
+// function's capacity plus its queue (2 instances + 100 waiting), and past
+// it, where most requests are refused.
+var overloadConns = []int{16, 64, 256}
+
+// overload measures goodput (2xx answers per second) of a function with
+// max_instances 2 and concurrency 1 as the connections grow past what it
+// and its wait queue hold, and writes the table to report. A refusal must
+// cost so little that the answered requests keep their rate.
+func overload(srv *server, report *bytes.Buffer) error {
+	const fn = "overload"
+	logf("overload: deploying %s", fn)
+	if err := srv.cli("deploy", "examples/hello-python", "--name", fn, "--runtime", "python3.11", "--max-instances", "2", "--concurrency", "1"); err != nil {
+		return err
+	}
+	url := srv.endpoint + "/fn/default/" + fn
+	if _, _, err := wrkCounts(url, 8, 2*time.Second); err != nil { // warm up
+		return err
+	}
+	type row struct {
+		conns           int
+		goodput, refuse float64
+	}
+	var rows []row
+	best := 0.0
+	for _, conns := range overloadConns {
+		logf("overload: %d connections", conns)
+		good, refused, err := wrkCounts(url, conns, *duration)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{conns, good, refused})
+		best = max(best, good)
+	}
+	fmt.Fprintf(report, "\nOverload: python3.11 hello with `max_instances 2`, `concurrency 1`, `--queue-depth 100`; goodput is 2xx answers per second, refused the 503s per second.\n\n")
+	fmt.Fprintln(report, "| connections | goodput req/s | refused req/s | goodput / best |")
+	fmt.Fprintln(report, "|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintf(report, "| %d | %.0f | %.0f | %.2f |\n", r.conns, r.goodput, r.refuse, r.goodput/best)
+	}
+	return nil
+}
+
+// wrkCounts runs wrk and returns 2xx and other answers per second.
+func wrkCounts(url string, conns int, d time.Duration) (good, other float64, err error) {
+	threads := min(max(conns/16, 1), 2)
+	out, err := exec.Command("wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns),
+		"-d", fmt.Sprintf("%ds", int(d.Seconds())), url).CombinedOutput()
+	if err != nil {
+		return 0, 0, fmt.Errorf("wrk %s: %w\n%s", url, err, out)
+	}
+	m := requestsLine.FindSubmatch(out)
+	if m == nil {
+		return 0, 0, fmt.Errorf("no request count in wrk output:\n%s", out)
+	}
+	total, _ := strconv.ParseFloat(string(m[1]), 64)
+	v, _ := strconv.ParseFloat(string(m[2]), 64)
+	secs := v * map[string]float64{"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60}[string(m[3])]
+	bad := 0.0
+	if m := non2xxLine.FindSubmatch(out); m != nil {
+		bad, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	return (total - bad) / secs, bad / secs, nil
+}
