@@ -92,10 +92,15 @@ func (v RabbitMQVhost) CloseConnections(reason string) error {
 // (unacked), as the queue itself counts them at the time of the call,
 // unlike a passive declare, which counts only the ready ones.
 func (v RabbitMQVhost) QueueCounts(queue string) (ready, unacked int, err error) {
-	out, err := rabbitmqctl("list_queues", "-p", v.Name, "--no-table-headers", "--silent",
+	return queueCounts("rabbitmqctl", nil, v.Name, queue)
+}
+
+// queueCounts lists the queue of vhost with the rabbitmqctl ctl run in env.
+func queueCounts(ctl string, env []string, vhost, queue string) (ready, unacked int, err error) {
+	out, err := rabbitmqctlIn(ctl, env, "list_queues", "-p", vhost, "--no-table-headers", "--silent",
 		"name", "messages_ready", "messages_unacknowledged")
 	if err != nil {
-		return 0, 0, fmt.Errorf("list the queues of RabbitMQ vhost %s: %w\n%s", v.Name, err, out)
+		return 0, 0, fmt.Errorf("list the queues of RabbitMQ vhost %s: %w\n%s", vhost, err, out)
 	}
 	for line := range strings.Lines(string(out)) {
 		f := strings.Split(strings.TrimRight(line, "\n"), "\t")
@@ -106,23 +111,25 @@ func (v RabbitMQVhost) QueueCounts(queue string) (ready, unacked int, err error)
 			unacked, err = strconv.Atoi(f[2])
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("list the queues of RabbitMQ vhost %s: unexpected line %q", v.Name, line)
+			return 0, 0, fmt.Errorf("list the queues of RabbitMQ vhost %s: unexpected line %q", vhost, line)
 		}
 		return ready, unacked, nil
 	}
-	return 0, 0, fmt.Errorf("RabbitMQ vhost %s has no queue %q", v.Name, queue)
+	return 0, 0, fmt.Errorf("RabbitMQ vhost %s has no queue %q", vhost, queue)
 }
 
 // ConnectionNames returns the names that the vhost's client connections
 // gave themselves (the connection_name client property), "" for a
-// connection without one or one still in its handshake (RabbitMQ lists
-// its properties as "none").
+// connection without one. rabbitmqctl lists the connections of every
+// vhost, so those of others are left out, and so are connections still in
+// their handshake, whose vhost is not known yet.
 func (v RabbitMQVhost) ConnectionNames() ([]string, error) {
-	out, err := rabbitmqctl("list_connections", "-p", v.Name, "--silent", "--formatter", "json", "client_properties")
+	out, err := rabbitmqctl("list_connections", "--silent", "--formatter", "json", "vhost", "client_properties")
 	if err != nil {
 		return nil, fmt.Errorf("list the connections of RabbitMQ vhost %s: %w\n%s", v.Name, err, out)
 	}
 	var conns []struct {
+		Vhost            any             `json:"vhost"` // a string, or "none" in the handshake
 		ClientProperties json.RawMessage `json:"client_properties"`
 	}
 	if err := json.Unmarshal(out, &conns); err != nil {
@@ -130,10 +137,13 @@ func (v RabbitMQVhost) ConnectionNames() ([]string, error) {
 	}
 	names := make([]string, 0, len(conns))
 	for _, c := range conns {
+		if c.Vhost != v.Name {
+			continue
+		}
 		// Each property is a [name, type, value] triple.
 		var props [][]any
 		if json.Unmarshal(c.ClientProperties, &props) != nil {
-			props = nil // "none" while the handshake is under way
+			props = nil
 		}
 		var name string
 		for _, p := range props {
@@ -160,9 +170,19 @@ func reachable(u *url.URL) error {
 	return conn.Close()
 }
 
-// rabbitmqctl runs rabbitmqctl with args and returns its combined output.
+// rabbitmqctl runs rabbitmqctl with args against the test broker and
+// returns its combined output.
 func rabbitmqctl(args ...string) ([]byte, error) {
+	return rabbitmqctlIn("rabbitmqctl", nil, args...)
+}
+
+// rabbitmqctlIn runs the rabbitmqctl ctl with args in env (nil: this
+// process's), which names the node and the cookie, and returns its combined
+// output.
+func rabbitmqctlIn(ctl string, env []string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), rabbitmqctlTimeout)
 	defer cancel()
-	return exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, ctl, args...)
+	cmd.Env = env
+	return cmd.CombinedOutput()
 }
