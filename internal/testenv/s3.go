@@ -233,6 +233,11 @@ func startProcess(cmd *exec.Cmd) (*process, error) {
 // stop sends SIGTERM and waits for the exit, killing the process if it
 // takes longer than stopTimeout.
 func (p *process) stop() error {
+	return p.stopWithin(stopTimeout)
+}
+
+// stopWithin is stop with timeout for stopTimeout.
+func (p *process) stopWithin(timeout time.Duration) error {
 	select {
 	case <-p.exited:
 		return fmt.Errorf("exited before the test ended: %v", p.err)
@@ -244,10 +249,10 @@ func (p *process) stop() error {
 	select {
 	case <-p.exited:
 		return nil // the exit status after SIGTERM says nothing of interest
-	case <-time.After(stopTimeout):
+	case <-time.After(timeout):
 		p.cmd.Process.Kill()
 		<-p.exited
-		return fmt.Errorf("no exit %v after SIGTERM; killed", stopTimeout)
+		return fmt.Errorf("no exit %v after SIGTERM; killed", timeout)
 	}
 }
 

@@ -127,14 +127,20 @@ func (r *fakeReporter) count(kind, substr string) int {
 	return n
 }
 
-// harness is a Runner with fakes on a vhost of its own.
+// harness is a Runner with fakes on a vhost or a broker of its own.
 type harness struct {
-	t     *testing.T
+	t *testing.T
+	// vhost is the test's on the shared broker; none on a node of the
+	// test's own.
 	vhost testenv.RabbitMQVhost
-	inv   *fakeInvoker
-	rep   *fakeReporter
-	logs  *testenv.SyncBuffer
-	r     *Runner
+	// url is the broker's, and counts lists its queues: the vhost's, or
+	// those of a node of the test's own.
+	url    string
+	counts func(queue string) (ready, unacked int, err error)
+	inv    *fakeInvoker
+	rep    *fakeReporter
+	logs   *testenv.SyncBuffer
+	r      *Runner
 	// password is the password of the triggers' URLs, to be found in no
 	// event and no log line.
 	password string
@@ -146,7 +152,24 @@ type harness struct {
 // milliseconds, unless opts say otherwise.
 func newHarness(t *testing.T, a answer, opts ...Option) *harness {
 	t.Parallel()
-	h := &harness{t: t, vhost: testenv.RabbitMQ(t), inv: &fakeInvoker{answer: a}, rep: &fakeReporter{}, logs: &testenv.SyncBuffer{}, password: testenvPassword}
+	vhost := testenv.RabbitMQ(t)
+	h := newHarnessOn(t, vhost.URL, vhost.QueueCounts, a, opts...)
+	h.vhost = vhost
+	return h
+}
+
+// newNodeHarness is newHarness on a RabbitMQ node of the test's own, which
+// it may restart.
+func newNodeHarness(t *testing.T, a answer, opts ...Option) (*harness, *testenv.RabbitMQNode) {
+	t.Parallel()
+	node := testenv.StartRabbitMQNode(t)
+	return newHarnessOn(t, node.URL, node.QueueCounts, a, opts...), node
+}
+
+// newHarnessOn is newHarness on the broker of url, whose queues counts
+// lists.
+func newHarnessOn(t *testing.T, url string, counts func(string) (int, int, error), a answer, opts ...Option) *harness {
+	h := &harness{t: t, url: url, counts: counts, inv: &fakeInvoker{answer: a}, rep: &fakeReporter{}, logs: &testenv.SyncBuffer{}, password: testenvPassword}
 	h.r = h.newRunner(opts...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -220,7 +243,7 @@ func (h *harness) checkNoSecret() {
 func (h *harness) trigger(edit func(*triggers.RabbitMQSpec)) *triggers.Trigger {
 	tr := &triggers.Trigger{Namespace: "shop", Name: "orders", Spec: triggers.Spec{
 		Function: "handle", Type: triggers.TypeRabbitMQ,
-		RabbitMQSpec: triggers.RabbitMQSpec{URL: h.vhost.URL, Queue: "jobs"},
+		RabbitMQSpec: triggers.RabbitMQSpec{URL: h.url, Queue: "jobs"},
 	}}
 	if edit != nil {
 		edit(&tr.RabbitMQSpec)
@@ -260,7 +283,7 @@ func (h *harness) waitEvents(kind, substr string, n int) {
 func (h *harness) waitCounts(queue string, ready, unacked int) {
 	h.t.Helper()
 	eventually(h.t, func() error {
-		r, u, err := h.vhost.QueueCounts(queue)
+		r, u, err := h.counts(queue)
 		if err == nil && (r != ready || u != unacked) {
 			err = fmt.Errorf("queue %s has %d ready and %d unacked messages; want %d and %d", queue, r, u, ready, unacked)
 		}
@@ -289,7 +312,7 @@ func eventually(t *testing.T, cond func() error) {
 // a forced close of the vhost's connections would break a long-lived one.
 func (h *harness) channel(f func(ch *amqp.Channel) error) {
 	h.t.Helper()
-	conn, err := amqp.Dial(h.vhost.URL)
+	conn, err := amqp.Dial(h.url)
 	if err != nil {
 		h.t.Fatalf("dial: %v", err)
 	}

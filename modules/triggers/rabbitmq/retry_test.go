@@ -86,6 +86,20 @@ func TestRetriesCountAcrossLostConnections(t *testing.T) {
 	})
 }
 
+// TestRetriesCountAcrossBrokerRestarts restarts a broker of the test's own
+// after the first and after the second run: the retry copies, persistent
+// like the message, come back with the broker.
+func TestRetriesCountAcrossBrokerRestarts(t *testing.T) {
+	h, node := newNodeHarness(t, alwaysFail, WithRetryBackoff(time.Second, time.Second))
+	h.applyReady(h.retriedTrigger())
+	h.publish("", "jobs", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("x")})
+	for n := 1; n <= 2; n++ {
+		h.waitEvents(triggers.EventFailed, fmt.Sprintf("attempt %d of 3", n), 1)
+		node.Restart()
+	}
+	h.checkRanThrice()
+}
+
 // TestRetriesCountAcrossRestarts stops the runner, as a stopping server
 // does, while a retry waits and while a run is under way, and starts a new
 // one each time, which knows only what the messages say.
