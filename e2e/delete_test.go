@@ -54,6 +54,14 @@ func TestDeleteFunctionDeletesItsTriggersAndJobs(t *testing.T) {
 		}
 	}
 
+	if code, body := s.api("POST", "/v1/namespaces/default/functions", "application/json", []byte(`{"name": "lonely", "runtime": "nodejs20"}`)); code != http.StatusCreated {
+		t.Fatalf("creating a function: HTTP %d %s", code, body)
+	}
+	want := `{"name":"lonely","namespace":"default","deleted":{"jobs":[],"triggers":[]}}`
+	if code, body := s.api("DELETE", "/v1/namespaces/default/functions/lonely", "", nil); code != http.StatusOK || string(body) != want {
+		t.Errorf("DELETE of a function without triggers or jobs: HTTP %d %s; want 200 %s", code, body, want)
+	}
+
 	_, errOut, err := s.cli("fn", "delete", "hello")
 	if err != nil || !strings.Contains(errOut, "deleted function default/hello and its trigger probe") {
 		t.Errorf("fn delete: %v, stderr %q; want it to name the deleted trigger", err, errOut)

@@ -76,6 +76,7 @@ func TestUploadIsCheckedBeforeItIsStored(t *testing.T) {
 			[]string{`zip entry \"handler.py\"`, "content is larger than the 10 bytes its header declares"}},
 		{"handler is a directory", dirOnly(),
 			[]string{"the handler file is missing", "handler.py or handler/__init__.py", "top level: handler.py/"}},
+		{"empty archive", zipOf(t, nil), []string{"the handler file is missing", "in the uploaded code, which is empty"}},
 		{"handler file elsewhere", zipOf(t, map[string]string{"src/handler.py": "def handle(e, c): pass\n"}),
 			[]string{"the handler file is missing", "top level: src/"}},
 	}

@@ -159,7 +159,12 @@ func describeJSONError(err error, body []byte, target reflect.Type) string {
 		if typ.Field == "" {
 			return fmt.Sprintf("the body must be %s, not %s", want, got)
 		}
-		return fmt.Sprintf("field %q must be %s, not %s", jsonPath(target, typ.Field), want, got)
+		path, at := jsonPath(target, typ.Field)
+		if at != nil && at.Kind() == reflect.Map && at != typ.Type {
+			// encoding/json's path stops at the map, not at its key.
+			return fmt.Sprintf("each value of field %q must be %s, not %s", path, want, got)
+		}
+		return fmt.Sprintf("field %q must be %s, not %s", path, want, got)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "the JSON ends too early"
 	case errors.As(err, new(*time.ParseError)) || strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"):
@@ -171,9 +176,10 @@ func describeJSONError(err error, body []byte, target reflect.Type) string {
 }
 
 // jsonPath turns the path encoding/json reports for a field of t into the
-// field's JSON path: encoding/json includes the Go names of embedded structs
+// field's JSON path, and returns the field's type (nil when unknown):
+// encoding/json includes the Go names of embedded structs
 // ("Spec.timeout_seconds"), whose fields are the outer object's in JSON.
-func jsonPath(t reflect.Type, goPath string) string {
+func jsonPath(t reflect.Type, goPath string) (string, reflect.Type) {
 	var path []string
 	for part := range strings.SplitSeq(goPath, ".") {
 		for t != nil && t.Kind() == reflect.Pointer {
@@ -197,7 +203,10 @@ func jsonPath(t reflect.Type, goPath string) string {
 		}
 		path = append(path, part)
 	}
-	return strings.Join(path, ".")
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return strings.Join(path, "."), t
 }
 
 // jsonName is the name a struct field's tag gives it, or "".

@@ -42,7 +42,7 @@ func TestDecodeJSONTypeErrorsUseJSONTerms(t *testing.T) {
 		{"array body", `[{"name": "x"}]`, func() any { return &functions.Function{} },
 			`invalid JSON body: the body must be an object, not an array`},
 		{"map value", `{"env": {"A": 1}}`, func() any { return &functions.Function{} },
-			`invalid JSON body: field "env" must be a string, not a number`},
+			`invalid JSON body: each value of field "env" must be a string, not a number`},
 		{"map", `{"env": ["A"]}`, func() any { return &functions.Function{} },
 			`invalid JSON body: field "env" must be an object, not an array`},
 		{"nested struct", `{"status": {"phase": 3}}`, func() any { return &functions.Function{} },

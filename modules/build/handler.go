@@ -39,10 +39,10 @@ func CheckHandler(p runtime.Provider, handler string, code Code) error {
 	if len(top) > maxListed {
 		top = append(top[:maxListed], "...")
 	}
-	has := "nothing"
+	has := "which is empty"
 	if len(top) > 0 {
-		has = strings.Join(top, ", ")
+		has = "which has at its top level: " + strings.Join(top, ", ")
 	}
-	return &Error{Msg: fmt.Sprintf("the handler file is missing: handler %q needs %s in the uploaded code, which has at its top level: %s",
+	return &Error{Msg: fmt.Sprintf("the handler file is missing: handler %q needs %s in the uploaded code, %s",
 		handler, strings.Join(files, " or "), has)}
 }

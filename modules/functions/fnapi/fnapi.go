@@ -162,6 +162,9 @@ func (a *API) delete(c *gin.Context) error {
 		return fmt.Errorf("deleting the dependents of %s: %w", k, err)
 	}
 	for kind, names := range late {
+		if len(names) == 0 {
+			continue
+		}
 		// A name in both was deleted, created again and deleted again.
 		deleted[kind] = slices.Compact(slices.Sorted(slices.Values(slices.Concat(deleted[kind], names))))
 	}
