@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"sless.kube5s.ru/sless/internal/discovery"
@@ -165,6 +166,9 @@ func (c *Client) send(ctx context.Context, hc *http.Client, method, path string,
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, nil, fmt.Errorf("no sless server is listening at %s (is it running? SLESS_ENDPOINT picks another): %w", c.Endpoint, err)
+		}
 		return nil, nil, fmt.Errorf("calling sless at %s: %w", c.Endpoint, err)
 	}
 	defer resp.Body.Close()

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,5 +95,20 @@ func TestFromEnvTakesTheLocalTokenOnlyForTheLocalServer(t *testing.T) {
 		case c.Endpoint != tc.wantEndpoint || c.Token != tc.wantToken:
 			t.Errorf("SLESS_ENDPOINT=%q SLESS_TOKEN=%q: got %q with token %q, want %q with %q", tc.endpoint, tc.token, c.Endpoint, c.Token, tc.wantEndpoint, tc.wantToken)
 		}
+	}
+}
+
+// A server that is not running is told as such, not as a dial error alone.
+func TestCallToAStoppedServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there any more
+	c := &Client{Endpoint: endpoint, Token: "token"}
+	_, err = c.Whoami(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "no sless server is listening at "+endpoint) {
+		t.Errorf("Whoami of a stopped server: got %v, want it to say no server listens at %s", err, endpoint)
 	}
 }

@@ -6,6 +6,7 @@ package discovery
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,8 +74,11 @@ func Read(dataDir string) (endpoint, token string, err error) {
 func readInfo(dataDir string) (Info, error) {
 	var info Info
 	data, err := os.ReadFile(filepath.Join(dataDir, EndpointFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return info, fmt.Errorf("no running server found in %s (start one with `sless server`, or set SLESS_ENDPOINT and SLESS_TOKEN)", dataDir)
+	}
 	if err != nil {
-		return info, fmt.Errorf("no running server found in %s (start one with `sless server`, or set SLESS_ENDPOINT and SLESS_TOKEN): %w", dataDir, err)
+		return info, fmt.Errorf("reading the address of the server in %s: %w", dataDir, err)
 	}
 	if err := json.Unmarshal(data, &info); err != nil || info.Endpoint == "" {
 		return info, fmt.Errorf("%s is corrupt; restart the server or set SLESS_ENDPOINT", filepath.Join(dataDir, EndpointFile))

@@ -82,3 +82,11 @@ func TestReadFindsARunningServer(t *testing.T) {
 		t.Errorf("Read: got %q, %q, %v; want the endpoint and token", endpoint, token, err)
 	}
 }
+
+func TestReadWithoutAServer(t *testing.T) {
+	dir := t.TempDir()
+	_, _, err := Read(dir)
+	if err == nil || !strings.Contains(err.Error(), "no running server found in "+dir) || strings.Contains(err.Error(), "no such file") {
+		t.Errorf("Read of a data directory without a server: got %v, want it to say no server was found, in its own words", err)
+	}
+}
