@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -35,5 +36,26 @@ func TestUnavailableSandbox(t *testing.T) {
 	}
 	if sb, _, err := New(Config{}); sb != nil || err != nil {
 		t.Errorf("off: got %v, %v; want no sandbox and no error", sb, err)
+	}
+}
+
+// Two process trees never share a uid: a full range is an error, and a freed
+// uid is given again.
+func TestUIDsAreNeverShared(t *testing.T) {
+	s := &Sandbox{cfg: Config{FirstUID: 300000, UIDs: 2}, used: map[int]bool{}}
+	a, freeA, err := s.allocUID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := s.allocUID()
+	if err != nil || b == a {
+		t.Fatalf("second uid %d (%v), first %d", b, err, a)
+	}
+	if _, _, err := s.allocUID(); !errors.Is(err, ErrNoUID) {
+		t.Errorf("third uid of two: %v, want ErrNoUID", err)
+	}
+	freeA()
+	if c, _, err := s.allocUID(); err != nil || c != a {
+		t.Errorf("after freeing %d: got %d, %v", a, c, err)
 	}
 }

@@ -31,7 +31,10 @@ const socketDir = "/run/sless"
 // NewInstance prepares the sandbox of one instance in dir, which must not
 // exist. Release undoes it.
 func (s *Sandbox) NewInstance(dir string) (*Instance, error) {
-	uid, release := s.allocUID()
+	uid, release, err := s.allocUID()
+	if err != nil {
+		return nil, err
+	}
 	in := &Instance{sb: s, dir: dir, uid: uid, release: release}
 	if err := in.prepare(); err != nil {
 		in.Release()
@@ -135,7 +138,10 @@ func (in *Instance) Release() {
 // HOME, so that caches are private), and the network of the server. The
 // returned release gives dir back to the server's user once cmd has ended.
 func (s *Sandbox) Confine(cmd *exec.Cmd, dir string) (release func(), err error) {
-	uid, free := s.allocUID()
+	uid, free, err := s.allocUID()
+	if err != nil {
+		return nil, err
+	}
 	root, err := os.MkdirTemp("", "sless-build-")
 	if err != nil {
 		free()

@@ -180,7 +180,10 @@ func (s *Sandbox) probe() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	uid, release := s.allocUID()
+	uid, release, err := s.allocUID()
+	if err != nil {
+		return err
+	}
 	defer release()
 	cmd := s.command(Spec{Root: dir, UID: uid, TmpMB: 1, Argv: []string{"probe"}, Probe: true})
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -189,8 +192,12 @@ func (s *Sandbox) probe() error {
 	return nil
 }
 
-// allocUID returns a free uid of the range and the func that frees it.
-func (s *Sandbox) allocUID() (int, func()) {
+// ErrNoUID is returned when every uid of the range is in use.
+var ErrNoUID = errors.New("every uid of the sandbox range is in use; widen --sandbox-uids")
+
+// allocUID returns a free uid of the range and the func that frees it, or
+// ErrNoUID: two process trees never share a uid.
+func (s *Sandbox) allocUID() (int, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for range s.cfg.UIDs {
@@ -202,12 +209,10 @@ func (s *Sandbox) allocUID() (int, func()) {
 				s.mu.Lock()
 				delete(s.used, uid)
 				s.mu.Unlock()
-			}
+			}, nil
 		}
 	}
-	// More live processes than uids: share one rather than fail; the range
-	// is documented as needing one uid per process.
-	return s.cfg.FirstUID, func() {}
+	return 0, nil, ErrNoUID
 }
 
 // command returns the command that runs spec's init.
