@@ -244,7 +244,7 @@ func TestResponseCutShort(t *testing.T) {
 		t.Errorf("read %d of 30000000 bytes and a normal end; want the connection to fail", n)
 	}
 	rec := s.waitInvocation(resp.Header.Get("X-Sless-Invocation-Id"))
-	if !strings.Contains(rec.Error, "cut short") {
-		t.Errorf("record error %q; want it to say the response was cut short", rec.Error)
+	if !strings.Contains(rec.Error, "cut short") || rec.StatusCode != http.StatusBadGateway {
+		t.Errorf("record: status %d, error %q; want 502 and an error saying the response was cut short", rec.StatusCode, rec.Error)
 	}
 }

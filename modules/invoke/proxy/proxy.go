@@ -288,6 +288,11 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 	rec.StatusCode = res.StatusCode
 	if res.Err != nil {
 		c.cut = true
+		if errors.Is(res.Err, runtime.ErrCrashed) || errors.Is(res.Err, runtime.ErrResponseTooLarge) {
+			// The function failed to answer, whatever status its head had:
+			// recorded as the 502 an Invoke caller gets.
+			rec.StatusCode = http.StatusBadGateway
+		}
 		if rec.Error == "" {
 			rec.Error = "the response was cut short: " + detail(res.Err, runtime.ErrResponseTooLarge)
 		}
