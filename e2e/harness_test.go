@@ -202,12 +202,23 @@ func (s *server) api(method, path, contentType string, body []byte) (int, []byte
 
 func (s *server) apiWithToken(token, method, path, contentType string, body []byte) (int, []byte) {
 	s.t.Helper()
+	authorization := ""
+	if token != "" {
+		authorization = "Bearer " + token
+	}
+	return s.request(method, path, contentType, authorization, body)
+}
+
+// request calls the server with an Authorization header as given (none when
+// empty) and returns status and body.
+func (s *server) request(method, path, contentType, authorization string, body []byte) (int, []byte) {
+	s.t.Helper()
 	req, err := http.NewRequest(method, s.endpoint+path, bytes.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)

@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -18,14 +14,7 @@ import (
 
 // cliAs runs the CLI against s with token instead of the server's own.
 func (s *server) cliAs(token string, args ...string) (stdout, stderr string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(cleanEnv(), "SLESS_DATA_DIR="+s.opts.dataDir, "SLESS_TOKEN="+token)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	return out.String(), errOut.String(), err
+	return s.cliWithEnv([]string{"SLESS_TOKEN=" + token}, args...)
 }
 
 // newToken makes a tenant token with the CLI and returns its secret.
@@ -221,20 +210,8 @@ func TestWebhookTokens(t *testing.T) {
 // fnAs calls /fn with an optional Authorization header.
 func (s *server) fnAs(authorization, path string) (int, string) {
 	s.t.Helper()
-	req, err := http.NewRequest("POST", s.endpoint+path, strings.NewReader(`{}`))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
+	code, body := s.request("POST", path, "application/json", authorization, []byte(`{}`))
+	return code, string(body)
 }
 
 // TestPrivateFunction checks an http trigger with auth "token": /fn refuses

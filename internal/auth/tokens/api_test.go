@@ -1,10 +1,7 @@
-package tokens_test
+package tokens
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,10 +13,8 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"sless.kube5s.ru/sless/internal/auth"
-	"sless.kube5s.ru/sless/internal/auth/tokens"
 	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/internal/server"
-	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
 const admin = "admin-token-0123456789"
@@ -32,22 +27,13 @@ func (nsRoute) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
 
 func newServer(t *testing.T) http.Handler {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, _, err := sqldb.Open("sqlite:"+filepath.Join(t.TempDir(), "db.sqlite"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sqldb.Close(db) })
-	if err := sqldb.Migrate(context.Background(), db, tokens.Migrations()); err != nil {
-		t.Fatal(err)
-	}
-	store := tokens.New(db)
+	store := newStore(t, "sqlite:"+filepath.Join(t.TempDir(), "db.sqlite"))
 	return server.New(server.Params{
 		Config:   server.Config{Listen: "127.0.0.1:0"},
 		Auth:     auth.Chain{auth.NewStaticToken(admin), store},
-		Routes:   []httpx.Routes{tokens.NewAPI(store, log), nsRoute{}},
+		Routes:   []httpx.Routes{NewAPI(store, discard), nsRoute{}},
 		Registry: prometheus.NewRegistry(),
-		Log:      log,
+		Log:      discard,
 		LC:       fxtest.NewLifecycle(t),
 	}).Handler()
 }

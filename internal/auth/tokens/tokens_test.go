@@ -23,9 +23,11 @@ func TestStorePostgres(t *testing.T) {
 	runSuite(t, func(t *testing.T) string { return testenv.Postgres(t) })
 }
 
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 func newStore(t *testing.T, url string) *Store {
 	t.Helper()
-	db, _, err := sqldb.Open(url, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	db, _, err := sqldb.Open(url, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
