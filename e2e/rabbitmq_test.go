@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -90,10 +91,11 @@ func TestRabbitMQTrigger(t *testing.T) {
 	s.waitFor("a message after the forced close to be processed", func() bool { return len(byStatus("success")) == 2 })
 }
 
-// TestRabbitMQRetriesSurviveRestarts checks that max_retries holds when
-// sless restarts and the broker drops its connections between the runs of
-// a failing message: it runs exactly max_retries+1 times, as attempts 1 to
-// 3, and its dead letter counts them.
+// TestRabbitMQRetriesSurviveRestarts checks that max_retries holds when,
+// between the runs of a failing message, sless stops (SIGTERM), sless is
+// killed (kill -9, while the retry waits out its backoff) and the broker
+// drops its connections: it runs exactly max_retries+1 times, as attempts 1
+// to 4, and its dead letter counts them.
 func TestRabbitMQRetriesSurviveRestarts(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	s := startServer(t, serverOptions{})
@@ -103,14 +105,24 @@ func TestRabbitMQRetriesSurviveRestarts(t *testing.T) {
 `})
 	s.mustCLI("deploy", dir, "--name", "refuser", "--runtime", "python3.11", "--http=false")
 	s.mustCLI("trigger", "create", "orders", "--function", "refuser", "--type", "rabbitmq", "--url", vhost.URL,
-		"--queue", "orders", "--max-retries", "2", "--dead-letter-queue", "orders-failed")
+		"--queue", "orders", "--max-retries", "3", "--dead-letter-queue", "orders-failed")
 	waitConsuming(s, vhost, "orders", "orders")
 
-	publishOnce(t, vhost.URL, "orders", amqp.Publishing{ContentType: "application/json", Body: []byte(`{}`), MessageId: "m-1"})
+	publishOnce(t, vhost.URL, "orders", amqp.Publishing{
+		ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: []byte(`{}`), MessageId: "m-1",
+	})
 	failed := func() []record { return s.invocations("triggers/orders/invocations?status=error") }
-	s.waitFor("the first run", func() bool { return len(failed()) >= 1 })
+	waitRuns := func(n int) {
+		t.Helper()
+		s.waitFor(fmt.Sprintf("run %d", n), func() bool { return len(failed()) >= n })
+	}
+	waitRuns(1)
 	s.restart()
-	s.waitFor("the second run", func() bool { return len(failed()) >= 2 })
+	// The retry after the second run waits 2 s: the kill comes within it.
+	waitRuns(2)
+	s.crash()
+	s.start()
+	waitRuns(3)
 	if err := vhost.CloseConnections("test: broker restart"); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +139,7 @@ func TestRabbitMQRetriesSurviveRestarts(t *testing.T) {
 		attempts = append(attempts, first)
 	}
 	slices.Sort(attempts)
-	if want := []string{"attempt 1", "attempt 2", "attempt 3"}; !slices.Equal(attempts, want) {
+	if want := []string{"attempt 1", "attempt 2", "attempt 3", "attempt 4"}; !slices.Equal(attempts, want) {
 		t.Errorf("runs logged %q; want %q", attempts, want)
 	}
 	conn, err := amqp.Dial(vhost.URL)
@@ -143,8 +155,8 @@ func TestRabbitMQRetriesSurviveRestarts(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("get the dead letter: %v, %t", err, ok)
 	}
-	if d.Headers["x-sless-attempts"] != int32(3) || d.MessageId != "m-1" {
-		t.Errorf("dead letter %q with headers %v; want m-1 with 3 attempts", d.MessageId, d.Headers)
+	if d.Headers["x-sless-attempts"] != int32(4) || d.MessageId != "m-1" {
+		t.Errorf("dead letter %q with headers %v; want m-1 with 4 attempts", d.MessageId, d.Headers)
 	}
 }
 
