@@ -1,7 +1,9 @@
 // Package discovery is how the CLI finds a server running on the same
 // machine without configuration: the server writes its endpoint into its
 // data directory, next to the API token it generated, and the CLI reads both
-// from the default data directory (or SLESS_DATA_DIR).
+// from the default data directory (or SLESS_DATA_DIR). The server holds the
+// data directory's lock (TakeLock) while it runs, which makes it the only
+// one there and tells the CLI whether the recorded server still runs.
 package discovery
 
 import (
