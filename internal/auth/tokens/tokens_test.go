@@ -25,7 +25,7 @@ func TestStorePostgres(t *testing.T) {
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newStore(t *testing.T, url string) *Store {
+func newStore(t testing.TB, url string) *Store {
 	t.Helper()
 	db, _, err := sqldb.Open(url, discard)
 	if err != nil {
@@ -97,5 +97,27 @@ func runSuite(t *testing.T, newURL func(t *testing.T) string) {
 	}
 	if err := s.Revoke(ctx, forever.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("revoking again: got %v; want ErrNotFound", err)
+	}
+}
+
+// BenchmarkAuthenticate measures the lookup every request with a stored
+// token makes (SQLite, one of 1,000 tokens).
+func BenchmarkAuthenticate(b *testing.B) {
+	s := newStore(b, "sqlite:"+filepath.Join(b.TempDir(), "db.sqlite"))
+	ctx := context.Background()
+	var secret string
+	for i := range 1000 {
+		_, sec, err := s.Create(ctx, auth.Token{Namespace: "team-a"}, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i == 500 {
+			secret = sec
+		}
+	}
+	for b.Loop() {
+		if _, err := s.Authenticate(ctx, secret); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
