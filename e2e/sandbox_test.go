@@ -261,9 +261,9 @@ type sandboxInfo struct {
 	Sockets        []string `json:"sockets"`
 }
 
-// limitsLine finds the executor's cgroup and runtime directory in the
+// limitsLine finds the parent of the instances' memory cgroups in the
 // server's start-up log.
-var limitsLine = regexp.MustCompile(`mechanism="cgroup v1 (\S+)/sless-\d+-(sless-run-[0-9-]+)`)
+var limitsLine = regexp.MustCompile(`mechanism="cgroup v[12] (\S+/sless-\d+-sless-run-[0-9-]+)`)
 
 func TestSandboxEscapes(t *testing.T) {
 	s := startServer(t, serverOptions{env: []string{"AWS_SECRET_ACCESS_KEY=server-canary-credential"}})
@@ -391,16 +391,21 @@ func (s *server) sandboxInfo(t *testing.T) sandboxInfo {
 	if info.VictimArtifact == "" {
 		t.Fatal("the victim's artifact is not in the data directory")
 	}
-	m := limitsLine.FindStringSubmatch(s.logs.String())
-	if m == nil {
-		t.Skip("no cgroup v1 memory hierarchy here")
+	// An instance's memory limit when there are cgroups (v1 or v2), else
+	// any cgroup file of the host.
+	info.CgroupFile = "/sys/fs/cgroup/cgroup.procs"
+	if m := limitsLine.FindStringSubmatch(s.logs.String()); m != nil {
+		for _, file := range []string{"memory.limit_in_bytes", "memory.max"} {
+			if found, _ := filepath.Glob(filepath.Join(m[1], "*", file)); len(found) > 0 {
+				info.CgroupFile = found[0]
+			}
+		}
 	}
-	cgroups, _ := filepath.Glob(filepath.Join(m[1], "sless-*-"+m[2], "*", "memory.limit_in_bytes"))
-	if len(cgroups) == 0 {
-		t.Fatal("no instance cgroup found")
+	runDirs, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("sless-run-%d-*", info.ServerPid)))
+	for _, dir := range runDirs {
+		socks, _ := filepath.Glob(filepath.Join(dir, "i*", "run", "s.sock"))
+		info.Sockets = append(info.Sockets, socks...)
 	}
-	info.CgroupFile = cgroups[0]
-	info.Sockets, _ = filepath.Glob(filepath.Join(os.TempDir(), m[2], "i*", "run", "s.sock"))
 	if len(info.Sockets) < 3 {
 		t.Fatalf("found %d instance sockets, want the three functions' and the spares'", len(info.Sockets))
 	}

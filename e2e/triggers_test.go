@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,7 +62,8 @@ func (s *server) invocations(path string) []record {
 
 func TestHTTPTriggerDisableEnable(t *testing.T) {
 	s := startServer(t, serverOptions{})
-	dir := writeTree(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
+	// An id per process (a sandboxed instance is pid 1 of its namespace).
+	dir := writeTree(t, map[string]string{"handler.py": "import uuid\nID = uuid.uuid4().hex\ndef handle(event, context):\n    return ID\n"})
 	s.mustCLI("deploy", dir, "--name", "web", "--runtime", "python3.11", "--min-instances", "1")
 	code, _, pid := s.post("/fn/default/web", "")
 	if code != 200 {
@@ -77,7 +79,7 @@ func TestHTTPTriggerDisableEnable(t *testing.T) {
 		t.Errorf("function after disabling: %d %+v", code, fn.Status)
 	}
 	if out := s.mustCLI("invoke", "web"); strings.TrimSpace(out) == pid {
-		t.Errorf("the min_instances instance kept running while disabled (pid %s answered again)", pid)
+		t.Errorf("the min_instances instance kept running while disabled (process %s answered again)", pid)
 	}
 	s.mustCLI("trigger", "enable", "web")
 	if code, _, body := s.post("/fn/default/web", ""); code != 200 {
@@ -176,19 +178,28 @@ def handle(event, context):
 
 func TestJobRunsOncePerRunID(t *testing.T) {
 	s := startServer(t, serverOptions{})
-	marks := filepath.Join(t.TempDir(), "runs")
-	dir := writeTree(t, map[string]string{"handler.py": fmt.Sprintf(`import time
+	// The function reports each run to the test over the network (a
+	// sandboxed instance cannot write the test's files).
+	var mu sync.Mutex
+	var marks []string
+	recorder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		marks = append(marks, strings.TrimPrefix(r.URL.Path, "/"))
+		mu.Unlock()
+	}))
+	t.Cleanup(recorder.Close)
+	dir := writeTree(t, map[string]string{"handler.py": fmt.Sprintf(`import time, urllib.request
 def handle(event, context):
-    with open(%q, "a") as f:
-        f.write("%%s\n" %% context.trigger.get("run_id"))
+    urllib.request.urlopen("%s/%%s" %% context.trigger.get("run_id")).read()
     if event and event.get("sleep"):
         time.sleep(event["sleep"])
     return {"run": context.trigger.get("run_id"), "event": event}
-`, marks)})
+`, recorder.URL)})
 	s.mustCLI("deploy", dir, "--name", "batch", "--runtime", "python3.11", "--http=false")
 	runs := func() []string {
-		data, _ := os.ReadFile(marks)
-		return strings.Fields(string(data))
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(marks)
 	}
 
 	out := s.mustCLI("job", "run", "nightly", "--function", "batch", "--payload", `{"n": 1}`)
