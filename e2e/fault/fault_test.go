@@ -2,9 +2,12 @@ package fault
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -178,4 +181,94 @@ func fill(t *testing.T, path string) {
 			}
 		}
 	}
+}
+
+// TestAllInstancesKilled kills every process the server started (its
+// instances): the next call is a cold start that succeeds, not a 502 from an
+// instance the server had not noticed was gone.
+func TestAllInstancesKilled(t *testing.T) {
+	s := newServer(t, t.TempDir(), "")
+	s.start()
+	s.deploy()
+	for round := range 3 {
+		if code, body := post(s.endpoint + "/fn/default/hello"); code != http.StatusOK {
+			t.Fatalf("round %d, before the kill: %d %s", round, code, body)
+		}
+		children := descendants(t, s.cmd.Process.Pid)
+		if len(children) == 0 {
+			t.Fatal("the server runs no instance process")
+		}
+		for _, pid := range children {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		testenv.Eventually(t, time.Minute, "the instances to be gone", func() bool {
+			for _, pid := range children {
+				if syscall.Kill(pid, 0) == nil && !zombie(pid) {
+					return false
+				}
+			}
+			return true
+		})
+		if code, body := post(s.endpoint + "/fn/default/hello"); code != http.StatusOK {
+			t.Errorf("round %d, the first call after every instance was killed: %d %s; want 200 after a cold start", round, code, body)
+		}
+	}
+	s.stop(time.Minute)
+}
+
+func post(url string) (int, string) {
+	client := http.Client{Timeout: time.Minute}
+	resp, err := client.Post(url, "application/json", strings.NewReader(`{"name": "fault"}`))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// descendants returns the processes below pid.
+func descendants(t *testing.T, pid int) []int {
+	t.Helper()
+	var out []int
+	for _, child := range childPIDs(t, pid) {
+		out = append(append(out, child), descendants(t, child)...)
+	}
+	return out
+}
+
+// childPIDs returns the processes whose parent is pid.
+func childPIDs(t *testing.T, pid int) []int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after
+		// its closing parenthesis.
+		i := strings.LastIndexByte(string(data), ')')
+		fields := strings.Fields(string(data[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// zombie reports whether pid has exited and waits for its parent.
+func zombie(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	fields := strings.Fields(string(data[i+1:]))
+	return len(fields) > 0 && fields[0] == "Z"
 }

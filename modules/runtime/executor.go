@@ -96,6 +96,13 @@ var (
 	ErrTimeout = errors.New("function timed out")
 	// ErrCrashed: the instance closed the connection or exited; it is replaced.
 	ErrCrashed = errors.New("function instance crashed")
+	// ErrNotSent comes with ErrCrashed when the instance did not take the
+	// invocation: it was gone before anything was sent (its connection was
+	// closed or refused), or it closed the connection without reading the
+	// request. The handler did not run, so the caller may invoke again on
+	// another instance; Result.RequestBytes > 0 says that the request body
+	// was read, and must be given again.
+	ErrNotSent = errors.New("the invocation was not sent")
 	// ErrResponseTooLarge: the response's body exceeds the invocation's
 	// MaxResponseBytes, or its headers the executor's limit; the instance is
 	// fine. The wrapping message says which, in the user's terms.

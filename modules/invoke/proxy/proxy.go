@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -244,6 +245,38 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	return rec
 }
 
+// maxReplayBytes is the largest request body kept in memory so that an
+// invocation an instance did not take can go to another instance.
+const maxReplayBytes = 64 << 10
+
+// replayableBody reads a small request body of known length and returns a
+// function that gives it again from the start; nil for a larger, unknown or
+// empty body. A failed read is given again as the same failure, after the
+// bytes read before it.
+func replayableBody(r *http.Request) func() io.ReadCloser {
+	if r.Body == nil || r.ContentLength <= 0 || r.ContentLength > maxReplayBytes {
+		return nil
+	}
+	buf := make([]byte, r.ContentLength)
+	n, err := io.ReadFull(r.Body, buf)
+	buf = buf[:n]
+	return func() io.ReadCloser {
+		if err != nil {
+			return io.NopCloser(io.MultiReader(bytes.NewReader(buf), errReader{err}))
+		}
+		return io.NopCloser(bytes.NewReader(buf))
+	}
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// maxSendAttempts bounds the instances one invocation is offered to when
+// they are found gone before it was sent.
+const maxSendAttempts = 3
+
 // run fills rec; a StatusCode of 0 means there is nothing to record: an
 // unknown function, or a refusal at capacity that a summary record counts.
 func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time.Time) {
@@ -251,25 +284,11 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		p.fail(c, rec, http.StatusRequestEntityTooLarge, p.tooLarge())
 		return
 	}
-	lease, err := p.executor.Acquire(ctx, c.ns, c.name)
-	if err != nil {
-		p.acquireFailed(ctx, c, rec, err)
-		return
-	}
-	defer lease.Release()
-	t := lease.Target()
-	cold := lease.ColdStart()
-	rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
-	rec.QueueMS = ms(max(time.Since(start)-cold, 0))
-
 	if c.r.Body != nil && c.r.ContentLength < 0 {
 		// A declared length was checked above, and no more is read; a
 		// chunked body is cut at the limit.
 		c.r.Body = http.MaxBytesReader(nil, c.r.Body, p.cfg.MaxRequestBytes)
 	}
-	inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
-		MaxResponseBytes: p.cfg.MaxResultBytes,
-		BeforeWrite:      func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
 	// An HTTP client going away does not end the exchange, which the
 	// deadline bounds: a handler that started runs to its end and its
 	// capacity is released only then. Triggers cancel their runs on purpose
@@ -278,7 +297,40 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 	if !c.cancellable {
 		doCtx = context.WithoutCancel(ctx)
 	}
-	res, err := lease.Do(doCtx, inv, c.w)
+	var (
+		lease runtime.Lease
+		t     *runtime.Target
+		res   runtime.Result
+		err   error
+	)
+	// An instance found gone before the invocation was sent (its process
+	// died since it last served) is replaced, and the invocation goes to
+	// another one: after every instance died, the first call is a cold
+	// start, not a 502.
+	replay := replayableBody(c.r)
+	for attempt := 1; ; attempt++ {
+		if replay != nil {
+			c.r.Body = replay()
+		}
+		lease, err = p.executor.Acquire(ctx, c.ns, c.name)
+		if err != nil {
+			p.acquireFailed(ctx, c, rec, err)
+			return
+		}
+		t = lease.Target()
+		cold := lease.ColdStart()
+		rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
+		rec.QueueMS = ms(max(time.Since(start)-cold, 0))
+		inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
+			MaxResponseBytes: p.cfg.MaxResultBytes,
+			BeforeWrite:      func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
+		res, err = lease.Do(doCtx, inv, c.w)
+		if !errors.Is(err, runtime.ErrNotSent) || attempt == maxSendAttempts || (res.RequestBytes > 0 && replay == nil) {
+			break
+		}
+		lease.Release()
+	}
+	defer lease.Release()
 	rec.RequestBytes, rec.ResponseBytes = res.RequestBytes, res.ResponseBytes
 	rec.HandlerMS, rec.Logs, rec.Error = ms(res.Handler), res.Logs, res.Error
 	if err != nil {

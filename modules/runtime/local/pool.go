@@ -360,6 +360,9 @@ func (l *lease) Do(ctx context.Context, inv *runtime.Invocation, w http.Response
 	switch {
 	case errors.Is(err, runtime.ErrTimeout):
 		l.pool.recycle(l.inst)
+	case errors.Is(err, runtime.ErrNotSent):
+		// Gone before it got the invocation: the caller tries another.
+		l.pool.recycle(l.inst)
 	case errors.Is(err, runtime.ErrCrashed), errors.Is(res.Err, runtime.ErrCrashed):
 		// No new invocation may pick it; wait briefly for the exit status,
 		// to say why.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +24,19 @@ import (
 type fakeInstance struct {
 	ln    net.Listener
 	dials atomic.Int64
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// closeConns closes the connections the instance accepted, as its exit
+// would.
+func (f *fakeInstance) closeConns() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
 }
 
 type answer struct {
@@ -44,6 +58,9 @@ func startFake(t *testing.T, respond func(r *http.Request) answer) *fakeInstance
 			if err != nil {
 				return
 			}
+			f.mu.Lock()
+			f.conns = append(f.conns, nc)
+			f.mu.Unlock()
 			go func() {
 				defer nc.Close()
 				br := bufio.NewReader(nc)
@@ -269,4 +286,40 @@ func TestInterimResponses(t *testing.T) {
 			t.Errorf("invocation %d: Link %q copied from an interim response, want only the final response's headers", i, link)
 		}
 	}
+}
+
+// TestNotSent: an instance that is gone before it takes the invocation
+// yields ErrNotSent, so that the caller may send it elsewhere; one that
+// fails after reading it does not.
+func TestNotSent(t *testing.T) {
+	t.Run("idle connection closed, no listener", func(t *testing.T) {
+		f := startFake(t, func(*http.Request) answer { return answer{raw: response("", "ok")} })
+		c := f.client()
+		if _, _, err := do(t, c, "GET", 0); err != nil {
+			t.Fatal(err)
+		}
+		// The instance dies: its listener and the kept-alive connection
+		// close.
+		f.ln.Close()
+		f.closeConns()
+		_, _, err := do(t, c, "GET", 0)
+		if !errors.Is(err, runtime.ErrNotSent) || !errors.Is(err, runtime.ErrCrashed) {
+			t.Errorf("got %v, want ErrCrashed and ErrNotSent", err)
+		}
+	})
+	t.Run("closed client", func(t *testing.T) {
+		f := startFake(t, func(*http.Request) answer { return answer{raw: response("", "ok")} })
+		c := f.client()
+		c.Close()
+		if _, _, err := do(t, c, "GET", 0); !errors.Is(err, runtime.ErrNotSent) {
+			t.Errorf("got %v, want ErrNotSent", err)
+		}
+	})
+	t.Run("closed after reading the request", func(t *testing.T) {
+		f := startFake(t, func(*http.Request) answer { return answer{closeAfter: true} })
+		_, _, err := do(t, f.client(), "GET", 0)
+		if !errors.Is(err, runtime.ErrCrashed) || errors.Is(err, runtime.ErrNotSent) {
+			t.Errorf("got %v, want ErrCrashed without ErrNotSent: the handler may have run", err)
+		}
+	})
 }
