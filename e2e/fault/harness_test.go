@@ -187,10 +187,12 @@ func get(url string) (int, string) {
 // keeps the invocation id of every answer.
 type load struct {
 	mu sync.Mutex
-	// answered are the ids of 2xx answers; byStatus counts answers by
-	// status; cut counts requests that failed after they may have reached
-	// the server (a reset or a timeout, not a refused connection).
+	// answered are the invocation ids of the answers, ok counts the 2xx
+	// ones; byStatus counts answers by status; cut counts requests that
+	// failed after they may have reached the server (a reset or a timeout,
+	// not a refused connection).
 	answered  []string
+	ok        int
 	byStatus  map[int]int
 	cut       int
 	bodies503 []string
@@ -237,12 +239,15 @@ func (l *load) run() {
 		case err != nil:
 			l.cut++
 		case resp.StatusCode == http.StatusOK:
-			l.answered = append(l.answered, resp.Header.Get("X-Sless-Invocation-Id"))
+			l.ok++
 			l.slowest = max(l.slowest, took)
-		default:
-			if resp.StatusCode == http.StatusServiceUnavailable && len(l.bodies503) < 3 {
-				l.bodies503 = append(l.bodies503, string(body))
-			}
+		case resp.StatusCode == http.StatusServiceUnavailable && len(l.bodies503) < 3:
+			l.bodies503 = append(l.bodies503, string(body))
+		}
+		// Every answer with an invocation id must be recorded (a 503 for a
+		// function not ready yet after a restart is), whatever its status.
+		if id := resp.Header.Get("X-Sless-Invocation-Id"); err == nil && id != "" {
+			l.answered = append(l.answered, id)
 		}
 		if err == nil {
 			l.byStatus[resp.StatusCode]++
@@ -258,7 +263,7 @@ func (l *load) run() {
 func (l *load) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.answered)
+	return l.ok
 }
 
 // resetSlowest starts measuring the slowest answer anew and returns the
