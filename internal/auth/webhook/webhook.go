@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/validation"
 )
@@ -85,6 +87,9 @@ type Webhook struct {
 
 	mu    sync.Mutex
 	cache map[[sha256.Size]byte]answer
+	// flights shares one review among the requests that bring the same
+	// token at once, so that a burst with a new token posts it once.
+	flights singleflight.Group
 }
 
 // answer is a cached result: a principal, or a refusal (ok false).
@@ -127,12 +132,19 @@ func (w *Webhook) Authenticate(ctx context.Context, token string) (auth.Principa
 	if a, ok := w.cached(key); ok {
 		return a.result()
 	}
-	a, err := w.ask(ctx, token)
+	v, err, _ := w.flights.Do(string(key[:]), func() (any, error) {
+		// The review is shared: one caller going away must not fail the
+		// others (the timeout still bounds it).
+		a, err := w.ask(context.WithoutCancel(ctx), token)
+		if err == nil {
+			w.store(key, a)
+		}
+		return a, err
+	})
 	if err != nil {
 		return auth.Principal{}, fmt.Errorf("%w: %w", auth.ErrUnavailable, err)
 	}
-	w.store(key, a)
-	return a.result()
+	return v.(answer).result()
 }
 
 func (a answer) result() (auth.Principal, error) {
@@ -143,10 +155,11 @@ func (a answer) result() (auth.Principal, error) {
 }
 
 func (w *Webhook) cached(key [sha256.Size]byte) (answer, bool) {
+	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	a, ok := w.cache[key]
-	if ok && !w.now().Before(a.expires) {
+	if ok && !now.Before(a.expires) {
 		delete(w.cache, key)
 		return answer{}, false
 	}

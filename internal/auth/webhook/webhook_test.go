@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/internal/testenv"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -23,6 +25,8 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 type identity struct {
 	asked atomic.Int32
 	auth  atomic.Value
+	// held, when set, holds the review of token "held" until it is closed.
+	held chan struct{}
 }
 
 func (id *identity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,6 +47,9 @@ func (id *identity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case tok == "slow":
 		<-r.Context().Done()
 		return
+	case tok == "held":
+		<-id.held
+		rev.Status = ReviewStatus{Authenticated: true, User: UserInfo{Username: tok, Extra: map[string][]string{NamespaceKey: {"team-a"}}}}
 	case tok == "nons":
 		rev.Status = ReviewStatus{Authenticated: true, User: UserInfo{Username: "x"}}
 	case len(tok) > 5 && tok[:5] == "good-":
@@ -142,5 +149,35 @@ func TestServiceDown(t *testing.T) {
 	}
 	if p, err := w.Authenticate(context.Background(), "good-2"); !errors.Is(err, auth.ErrUnavailable) {
 		t.Errorf("new token while the service is down: %+v, %v; want ErrUnavailable", p, err)
+	}
+}
+
+// TestBurstPostsOnce checks that requests bringing the same new token at
+// once share one review.
+func TestBurstPostsOnce(t *testing.T) {
+	w, id, _ := newWebhook(t, Config{})
+	id.held = make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(id.held) }) }) // before the server closes
+	var lookups atomic.Int32
+	w.now = func() time.Time { lookups.Add(1); return time.Now() }
+	const n = 10
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := w.Authenticate(context.Background(), "held")
+			errs <- err
+		}()
+	}
+	// Every request missed the cache before the review is answered.
+	testenv.Eventually(t, 10*time.Second, "every request to look in the cache", func() bool { return lookups.Load() >= n })
+	release.Do(func() { close(id.held) })
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := id.asked.Load(); got != 1 {
+		t.Errorf("the identity service got %d reviews for one token; want 1", got)
 	}
 }
