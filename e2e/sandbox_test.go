@@ -455,3 +455,38 @@ func firstLine(text, sub string) string {
 	}
 	return ""
 }
+
+// A dependency install runs user code (npm's install scripts, pip's
+// setup.py): it runs as its own unprivileged uid and reaches nothing of the
+// platform, while its build directory stays writable.
+func TestSandboxedBuilds(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	if !strings.Contains(s.logs.String(), "instances and builds are sandboxed") {
+		t.Skip("the server runs without the sandbox here (needs root): " + firstLine(s.logs.String(), "not sandboxed"))
+	}
+	token := filepath.Join(s.opts.dataDir, "api-token")
+	pwned := filepath.Join(s.opts.dataDir, "pwned")
+	script := fmt.Sprintf("id -u > uid.txt; (cat %s || echo refused) > token.txt 2>&1; touch %s 2>/dev/null; true", token, pwned)
+	pkg, _ := json.Marshal(map[string]any{"name": "probe", "version": "1.0.0", "scripts": map[string]string{"install": script}})
+	dir := writeTree(t, map[string]string{
+		"package.json": string(pkg),
+		"handler.js": `const fs = require("fs");
+exports.handle = async () => ({uid: fs.readFileSync("uid.txt", "utf8").trim(), token: fs.readFileSync("token.txt", "utf8").trim()});
+`,
+	})
+	s.mustCLI("deploy", dir, "--name", "build-probe", "--runtime", "nodejs20")
+	code, _, out := s.post("/fn/default/build-probe", "")
+	var got struct{ UID, Token string }
+	if code != 200 || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("invoke: %d %s", code, out)
+	}
+	if got.UID == "" || got.UID == "0" || got.UID == strconv.Itoa(os.Getuid()) {
+		t.Errorf("the install script ran as uid %q", got.UID)
+	}
+	if strings.Contains(got.Token, s.token) || !strings.Contains(got.Token, "refused") {
+		t.Errorf("the install script read the token: %q", got.Token)
+	}
+	if _, err := os.Stat(pwned); err == nil {
+		t.Error("the install script wrote into the data directory")
+	}
+}
