@@ -116,6 +116,8 @@ def signal_server(e):
     return "could signal the server"
 
 def signal_instances(e):
+    # Only the pids the test names: should the sandbox ever regress, a probe
+    # must not be able to take down the machine the tests run on.
     hit = []
     for pid in e["instance_pids"]:
         try:
@@ -123,7 +125,6 @@ def signal_instances(e):
             hit.append(pid)
         except ProcessLookupError:
             pass
-    os.kill(-1, signal.SIGKILL)  # everything it may signal: only its own
     return hit or None
 
 def write_cgroup(e):
