@@ -199,6 +199,23 @@ def handle(event, context):
 	}
 }
 
+func TestColdStartLongerThanTheTimeoutIsWaitedFor(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	// Loading the handler takes longer than the function's timeout, which
+	// bounds the handler, not the instance's start.
+	dir := code(t, map[string]string{"handler.py": `import time
+time.sleep(1.5)
+def handle(event, context):
+    return "ok"
+`})
+	tg := target("slowload", "python3.11", dir)
+	tg.Timeout = 500 * time.Millisecond
+	e.Deploy(context.Background(), tg)
+	if r := invoke(t, e, "slowload", ""); r.err != nil || r.result.StatusCode != 200 {
+		t.Errorf("got %+v (%v); want 200 once the instance started", r, r.err)
+	}
+}
+
 func TestBadHandlerFailsToStart(t *testing.T) {
 	e := newExecutor(t, local.Config{})
 	dir := code(t, map[string]string{"handler.py": "import no_such_module\n"})

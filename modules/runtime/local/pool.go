@@ -139,10 +139,16 @@ func (p *pool) acquire(ctx context.Context) (runtime.Lease, error) {
 	w := &waiter{ch: make(chan grant, 1)}
 	p.waiters = append(p.waiters, w)
 	p.dispatchLocked()
+	// Waiting for capacity is bounded like the invocation itself; while an
+	// instance is starting that may serve this invocation, its start has a
+	// bound of its own (StartTimeout, after which its waiters get the start's
+	// error), so a slow cold start is not mistaken for a full pool.
 	maxWait := p.target.Timeout
+	if p.starting > 0 {
+		maxWait += p.e.cfg.StartTimeout
+	}
 	p.mu.Unlock()
 
-	// Waiting for capacity is bounded like the invocation itself.
 	timer := time.NewTimer(maxWait)
 	defer timer.Stop()
 	var cause error
