@@ -30,23 +30,7 @@ import (
 // binary is the sless binary built by TestMain.
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sless-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "sless")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/sless")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building sless:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunWithBinary(m, "../cmd/sless", &binary) }
 
 // serverOptions select the server's storage; empty fields take the defaults.
 type serverOptions struct {
