@@ -4,6 +4,7 @@ package trapi
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -74,6 +75,25 @@ func (a *API) checkFunction(c *gin.Context, kind, ns, fn string) error {
 	return err
 }
 
+// recheckFunction closes the race with a delete of the function that ran
+// between checkFunction and the write of a trigger or job: that delete has
+// already deleted the function's dependents, once before and once after
+// the function itself, so an object written after its second pass would
+// outlive the function and come back to life with a function of the same
+// name. Checked again after the write, such an object is removed and the
+// request refused, as if the function had been missing from the start.
+func (a *API) recheckFunction(c *gin.Context, kind, ns, fn string, remove func() error) error {
+	err := a.checkFunction(c, kind, ns, fn)
+	var ve *validation.Errors
+	if !errors.As(err, &ve) {
+		return err
+	}
+	if rerr := remove(); rerr != nil && !errors.Is(rerr, trstore.ErrNotFound) {
+		return fmt.Errorf("removing the %s of a deleted function: %w", kind, rerr)
+	}
+	return err
+}
+
 func notFound(err error, kind string, k triggers.Key) error {
 	if errors.Is(err, trstore.ErrNotFound) {
 		return httpx.Errorf(http.StatusNotFound, "%s %q not found in namespace %q", kind, k.Name, k.Namespace)
@@ -129,7 +149,11 @@ func (a *API) createTrigger(c *gin.Context) error {
 	if err != nil {
 		return conflict(err, "trigger", t.Key())
 	}
+	err = a.recheckFunction(c, "trigger", t.Namespace, t.Function, func() error { return a.triggers.Delete(c, created.Key()) })
 	a.notify.Triggers(created.Key())
+	if err != nil {
+		return err
+	}
 	c.JSON(http.StatusCreated, redacted(created))
 	return nil
 }
@@ -174,7 +198,11 @@ func (a *API) updateTrigger(c *gin.Context) error {
 	if err != nil {
 		return notFound(err, "trigger", k)
 	}
+	err = a.recheckFunction(c, "trigger", k.Namespace, t.Function, func() error { return a.triggers.Delete(c, k) })
 	a.notify.Triggers(k)
+	if err != nil {
+		return err
+	}
 	c.JSON(http.StatusOK, redacted(updated))
 	return nil
 }
@@ -235,7 +263,11 @@ func (a *API) createJob(c *gin.Context) error {
 	if err != nil {
 		return conflict(err, "job", j.Key())
 	}
+	err = a.recheckFunction(c, "job", j.Namespace, j.Function, func() error { return a.jobs.Delete(c, created.Key()) })
 	a.notify.Jobs(created.Key())
+	if err != nil {
+		return err
+	}
 	c.JSON(http.StatusCreated, created)
 	return nil
 }
@@ -272,7 +304,11 @@ func (a *API) updateJob(c *gin.Context) error {
 	if err != nil {
 		return notFound(err, "job", k)
 	}
+	err = a.recheckFunction(c, "job", k.Namespace, j.Function, func() error { return a.jobs.Delete(c, k) })
 	a.notify.Jobs(k)
+	if err != nil {
+		return err
+	}
 	c.JSON(http.StatusOK, updated)
 	return nil
 }
