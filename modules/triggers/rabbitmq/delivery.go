@@ -220,7 +220,13 @@ func (s *session) publish(exchange, routingKey string, msg amqp.Publishing) erro
 		return errors.New("the broker did not confirm the message")
 	}
 	select {
-	case ret := <-s.returns:
+	case ret, ok := <-s.returns:
+		if !ok {
+			// The channel closed after the confirmation: a return would
+			// have come before it, so the message was routed. (A closed
+			// channel yields zero Returns, which are no return at all.)
+			return nil
+		}
 		return fmt.Errorf("no queue took the message: %d %s", ret.ReplyCode, ret.ReplyText)
 	default:
 		return nil
