@@ -19,6 +19,15 @@ const (
 	KindCLI      = "cli"
 )
 
+// What a run interrupted by a stop of the server (a crash, kill -9, a power
+// loss) is recorded with when the server starts again: the run's outcome is
+// unknown, so it is a failure of the server's, like a function that failed
+// to answer.
+const (
+	InterruptedStatus = 502
+	InterruptedError  = "interrupted: the server stopped during the run"
+)
+
 // ErrNotFound is returned (wrapped) for an unknown invocation.
 var ErrNotFound = errors.New("invocation not found")
 
@@ -79,6 +88,14 @@ type Ledger interface {
 	// to the database in batches off the request path. It never blocks on
 	// the database.
 	Record(r *Record)
+	// Begin keeps durably that r (its id, function, trigger and start) is
+	// running, for a run a crash must not hide: a trigger's or a job's.
+	// When the server stops before end is called, the next start records
+	// r as interrupted (status InterruptedStatus, error
+	// InterruptedError). Call end after Record(r), or when nothing is
+	// recorded. Begin fails, and nothing should run, when the start cannot
+	// be kept.
+	Begin(r *Record) (end func(), err error)
 	// Accepting reports, from memory, whether Record can keep records
 	// durably now; its error says why not in terms a client can read. The
 	// proxy refuses invocations while it fails.

@@ -91,6 +91,8 @@ type Ledger struct {
 	opts Options
 	log  *slog.Logger
 	j    *journal.Journal
+	// running keeps the starts of runs in progress (Begin).
+	running *running
 
 	bufs sync.Pool
 
@@ -156,6 +158,10 @@ func New(db *gorm.DB, opts Options) (*Ledger, error) {
 		l.log.Info("the invocation journal holds records not yet written to the database; writing them", "bytes", behind)
 	}
 	l.metrics = newMetrics(l, opts.Metrics)
+	if l.running, err = openRunning(opts.Journal, l.log, l.add); err != nil {
+		j.Close()
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -218,6 +224,7 @@ func (l *Ledger) Stop(ctx context.Context) error {
 		l.abortWrites(ctx.Err())
 		<-l.writerDone
 	}
+	l.running.stop()
 	if err := l.j.Sync(); err != nil {
 		l.log.Error("syncing the invocation journal at stop failed; its records are in the kernel's cache and are lost only if the machine goes down before it writes them", "error", err)
 	}
@@ -241,8 +248,10 @@ func (l *Ledger) Stop(ctx context.Context) error {
 // journal and returns, without waiting for the database. When the journal
 // cannot be written the record is held in memory (up to maxHeld records)
 // and Accepting fails until the journal or the database took it.
-func (l *Ledger) Record(r *invoke.Record) {
-	rw := toRow(r)
+func (l *Ledger) Record(r *invoke.Record) { l.add(toRow(r)) }
+
+// add appends rw to the journal, or holds it when the journal refuses it.
+func (l *Ledger) add(rw row) {
 	bp, _ := l.bufs.Get().(*[]byte)
 	if bp == nil {
 		bp = new([]byte)
@@ -255,6 +264,13 @@ func (l *Ledger) Record(r *invoke.Record) {
 	if err != nil {
 		l.hold(rw, err)
 	}
+}
+
+// Begin implements invoke.Ledger: it appends r's start to a journal of runs
+// in progress, which the next start of the server reads; see running.
+func (l *Ledger) Begin(r *invoke.Record) (func(), error) {
+	rw := toRow(r)
+	return l.running.begin(&rw)
 }
 
 // Accepting implements invoke.Ledger: it fails while the journal cannot be

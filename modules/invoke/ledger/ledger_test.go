@@ -397,6 +397,78 @@ func runSuite(t *testing.T, newURL func(t testing.TB) string) {
 		}
 	})
 
+	t.Run("a run the server stopped during is recorded as interrupted", func(t *testing.T) {
+		type step int
+		const (
+			crash       step = iota // the server is killed: nothing is stopped
+			record                  // the run's record is recorded
+			end                     // the run ends
+			drain                   // the writer wrote the record to the database
+			stopLedger              // the server stops with the run in progress
+		)
+		for _, tc := range []struct {
+			name  string
+			steps []step
+			want  int
+		}{
+			{"without a record", []step{crash}, invoke.InterruptedStatus},
+			{"in progress at stop", []step{stopLedger}, invoke.InterruptedStatus},
+			{"recorded, not ended", []step{record, crash}, 200},
+			{"recorded and ended", []step{record, end, crash}, 200},
+			{"recorded in the database, not ended", []step{record, drain, stopLedger}, 200},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				db := openDB(t, newURL(t), testLog(t))
+				opts := ledger.Options{Journal: journal.Options{Dir: t.TempDir(), SyncInterval: journal.DefaultSyncInterval}}
+				l := open(t, db, opts)
+				run := &invoke.Record{ID: newID(), Namespace: "ns", Function: "fn", TriggerKind: invoke.KindRabbitMQ,
+					TriggerName: "orders", Method: "POST", Path: "/", StartedAt: time.Now()}
+				endRun, err := l.Begin(run)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range tc.steps {
+					switch s {
+					case record:
+						done := *run
+						done.StatusCode, done.DurationMS = 200, 5
+						l.Record(&done)
+					case end:
+						endRun()
+					case drain:
+						if err := l.Start(t.Context()); err != nil {
+							t.Fatal(err)
+						}
+						if _, err := l.Get(t.Context(), "ns", run.ID); err != nil {
+							t.Fatal(err)
+						}
+					case stopLedger:
+						stop(t, l)
+					}
+				}
+				next := newLedger(t, db, opts)
+				got, err := next.Get(t.Context(), "ns", run.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := stored(run)
+				want.StatusCode = tc.want
+				if tc.want == 200 {
+					want.DurationMS = 5
+				} else {
+					want.Error = invoke.InterruptedError
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("the run's record (-want +got):\n%s", diff)
+				}
+				stop(t, next)
+				if n := countRows(t, db, "1 = 1"); n != 1 {
+					t.Errorf("%d records, want 1", n)
+				}
+			})
+		}
+	})
+
 	t.Run("a failed batch is retried until written", func(t *testing.T) {
 		db := openDB(t, newURL(t), testLog(t))
 		failed := make(chan struct{}, 1)

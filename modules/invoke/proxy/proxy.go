@@ -176,6 +176,9 @@ type call struct {
 	// cancellable: cancelling the context ends the invocation (Invoke);
 	// otherwise only the deadline does (/fn).
 	cancellable bool
+	// begin: the run's start is kept in the ledger (Invoke), so that a
+	// crash during it is recorded; /fn's hot path does not pay the write.
+	begin bool
 	// cut: the response failed after its head was written.
 	cut bool
 }
@@ -210,7 +213,7 @@ func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Respons
 	}
 	out := &wire.ResponseBuffer{}
 	c := &call{ns: req.Namespace, name: req.Function, path: r.URL.EscapedPath(), r: r, w: out,
-		kind: req.TriggerKind, trigName: req.TriggerName, trigger: trigJSON, id: req.InvocationID, cancellable: true}
+		kind: req.TriggerKind, trigName: req.TriggerName, trigger: trigJSON, id: req.InvocationID, cancellable: true, begin: true}
 	rec := p.serve(ctx, c)
 	if c.cut {
 		// What a client would see as an aborted connection.
@@ -230,11 +233,16 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	}
 	rec := &invoke.Record{ID: id, Namespace: c.ns, Function: c.name, TriggerKind: c.kind, TriggerName: c.trigName,
 		Method: c.r.Method, Path: c.path, StartedAt: start.UTC()}
-	if err := p.ledger.Accepting(); err != nil {
+	end, err := p.admit(c, rec)
+	if err != nil {
 		// Nothing runs that could not be recorded; nothing is recorded.
 		c.w.Header().Set("Retry-After", "1")
 		writeError(c.w, http.StatusServiceUnavailable, err.Error()+"; retry later")
 		return &invoke.Record{StatusCode: http.StatusServiceUnavailable, Error: err.Error()}
+	}
+	if end != nil {
+		// After Record: a start is kept until its run's record is.
+		defer end()
 	}
 	c.w.Header().Set("X-Sless-Invocation-Id", rec.ID)
 	p.run(ctx, c, rec, start)
@@ -243,6 +251,19 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 		p.ledger.Record(rec)
 	}
 	return rec
+}
+
+// admit checks that the invocation can be recorded and, for a trigger's or
+// job's run (c.begin), begins it in the ledger, so that a crash during the
+// run is recorded; end, nil for /fn, ends it.
+func (p *Proxy) admit(c *call, rec *invoke.Record) (end func(), err error) {
+	if err := p.ledger.Accepting(); err != nil {
+		return nil, err
+	}
+	if !c.begin {
+		return nil, nil
+	}
+	return p.ledger.Begin(rec)
 }
 
 // maxReplayBytes is the largest request body kept in memory so that an
