@@ -236,9 +236,10 @@ def handle(event, context):
 	s.start()
 	var job struct {
 		Status struct {
-			Phase string `json:"phase"`
-			RunID int64  `json:"run_id"`
-			Error string `json:"error"`
+			Phase      string `json:"phase"`
+			RunID      int64  `json:"run_id"`
+			Error      string `json:"error"`
+			StatusCode int    `json:"status_code"`
 		} `json:"status"`
 	}
 	s.waitFor("run 3 to be settled", func() bool {
@@ -252,6 +253,14 @@ def handle(event, context):
 	}
 	if job.Status.Phase != "Failed" || !strings.Contains(job.Status.Error, "raise run_id") {
 		t.Errorf("run 3 after the crash: %+v; want Failed saying how to run it again", job.Status)
+	}
+	// The ledger has the interrupted run, and the job agrees with it.
+	recs := s.invocations("jobs/nightly/invocations")
+	if len(recs) != 3 || recs[0].StatusCode != 502 || recs[0].Error != "interrupted: the server stopped during the run" {
+		t.Fatalf("job invocations after the crash: %+v; want 3, the newest a 502 saying the run was interrupted", recs)
+	}
+	if job.Status.StatusCode != 502 || !strings.HasPrefix(job.Status.Error, recs[0].Error) {
+		t.Errorf("run 3 after the crash: %+v; want the status and error of its invocation %+v", job.Status, recs[0])
 	}
 }
 

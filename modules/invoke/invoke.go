@@ -53,7 +53,8 @@ type Record struct {
 	ColdStartMS float64 `json:"cold_start_ms"`
 	HandlerMS   float64 `json:"handler_ms"`
 	// StatusCode is the HTTP status the caller got; 502 when the instance
-	// failed after the head went out (the client's connection was aborted).
+	// failed after the head went out (the client's connection was aborted);
+	// InterruptedStatus for a run a stop of the server interrupted.
 	StatusCode int `json:"status_code"`
 	// Error says why the invocation failed: the handler's exception, a
 	// timeout, a crash; empty on success.

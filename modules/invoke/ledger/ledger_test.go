@@ -400,11 +400,11 @@ func runSuite(t *testing.T, newURL func(t testing.TB) string) {
 	t.Run("a run the server stopped during is recorded as interrupted", func(t *testing.T) {
 		type step int
 		const (
-			crash       step = iota // the server is killed: nothing is stopped
-			record                  // the run's record is recorded
-			end                     // the run ends
-			drain                   // the writer wrote the record to the database
-			stopLedger              // the server stops with the run in progress
+			crash      step = iota // the server is killed: nothing is stopped
+			record                 // the run's record is recorded
+			end                    // the run ends
+			drain                  // the writer wrote the record to the database
+			stopLedger             // the server stops with the run in progress
 		)
 		for _, tc := range []struct {
 			name  string

@@ -184,6 +184,9 @@ func (r *JobReconciler) recover(ctx context.Context, j *triggers.Job, st trigger
 	default:
 		// The ledger keeps the outcome, not the response body.
 		settle(&st, rec.StatusCode, rec.Error)
+		if rec.StatusCode == invoke.InterruptedStatus && rec.Error == invoke.InterruptedError {
+			st.Error += "; raise run_id to run it again"
+		}
 	}
 	r.log.Info("settled a job run interrupted by a restart", "job", j.Key().String(), "run_id", st.RunID, "phase", st.Phase)
 	return st, nil
