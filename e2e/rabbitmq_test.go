@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -205,4 +207,42 @@ func waitConsuming(s *server, vhost testenv.RabbitMQVhost, trigger, queue string
 		_, _, err := vhost.QueueCounts(queue)
 		return err == nil
 	})
+}
+
+// A run that a kill -9 of sless interrupts is in the ledger as such after
+// the restart, beside the re-run of the redelivered message.
+func TestRabbitMQRunInterruptedByACrash(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	s := startServer(t, serverOptions{})
+	// The function tells the test that it runs over the network (a
+	// sandboxed instance cannot write the test's files).
+	started := make(chan struct{}, 10)
+	recorder := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { started <- struct{}{} }))
+	t.Cleanup(recorder.Close)
+	dir := writeTree(t, map[string]string{"handler.py": fmt.Sprintf(`import time, urllib.request
+def handle(event, context):
+    urllib.request.urlopen("%s/").read()
+    time.sleep(2)
+    return {"ok": True}
+`, recorder.URL)})
+	s.mustCLI("deploy", dir, "--name", "slow", "--runtime", "python3.11", "--http=false")
+	s.mustCLI("trigger", "create", "orders", "--function", "slow", "--type", "rabbitmq", "--url", vhost.URL, "--queue", "orders")
+	waitConsuming(s, vhost, "orders", "orders")
+
+	publishOnce(t, vhost.URL, "orders", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(`{}`)})
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the function did not start")
+	}
+	s.crash()
+	s.start()
+	var recs []record
+	s.waitFor("the interrupted run and the re-run", func() bool {
+		recs = s.invocations("triggers/orders/invocations")
+		return len(recs) == 2 && recs[0].StatusCode == http.StatusOK
+	})
+	if got := recs[1]; got.StatusCode != http.StatusBadGateway || got.Error != "interrupted: the server stopped during the run" {
+		t.Errorf("the run the crash interrupted: %+v; want a 502 saying so", got)
+	}
 }
