@@ -87,7 +87,8 @@ type Ledger interface {
 	// Record keeps r durably and returns without waiting for the database:
 	// once it returns, r survives a crash of the server, and it is written
 	// to the database in batches off the request path. It never blocks on
-	// the database.
+	// the database. When the local journal cannot be written (a full disk),
+	// r is held in memory until it can, and Accepting fails meanwhile.
 	Record(r *Record)
 	// Begin keeps durably that r (its id, function, trigger and start) is
 	// running, for a run a crash must not hide: a trigger's or a job's.
