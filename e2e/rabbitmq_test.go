@@ -36,15 +36,7 @@ func TestRabbitMQTrigger(t *testing.T) {
 		t.Errorf("the broker password is shown:\n%s", out)
 	}
 
-	conn, err := amqp.Dial(vhost.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, vhost.URL)
 	publish := func(body string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -81,14 +73,7 @@ func TestRabbitMQTrigger(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Publish on a new connection: the test's own was closed too.
-	conn2, err := amqp.Dial(vhost.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn2.Close()
-	if ch, err = conn2.Channel(); err != nil {
-		t.Fatal(err)
-	}
+	ch = amqpChannel(t, vhost.URL)
 	publish(`{"n": 3}`)
 	s.waitFor("a message after the forced close to be processed", func() bool { return len(byStatus("success")) == 2 })
 }
@@ -144,15 +129,7 @@ func TestRabbitMQRetriesSurviveRestarts(t *testing.T) {
 	if want := []string{"attempt 1", "attempt 2", "attempt 3", "attempt 4"}; !slices.Equal(attempts, want) {
 		t.Errorf("runs logged %q; want %q", attempts, want)
 	}
-	conn, err := amqp.Dial(vhost.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, vhost.URL)
 	d, ok, err := ch.Get("orders-failed", true)
 	if err != nil || !ok {
 		t.Fatalf("get the dead letter: %v, %t", err, ok)
@@ -162,19 +139,27 @@ func TestRabbitMQRetriesSurviveRestarts(t *testing.T) {
 	}
 }
 
-// publishOnce publishes msg to queue through the default exchange on a
-// connection of its own, and waits for the broker's confirmation.
-func publishOnce(t *testing.T, url, queue string, msg amqp.Publishing) {
+// amqpChannel opens a connection to url and a channel on it, closed when
+// the test ends.
+func amqpChannel(t *testing.T, url string) *amqp.Channel {
 	t.Helper()
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ch
+}
+
+// publishOnce publishes msg to queue through the default exchange on a
+// connection of its own, and waits for the broker's confirmation.
+func publishOnce(t *testing.T, url, queue string, msg amqp.Publishing) {
+	t.Helper()
+	ch := amqpChannel(t, url)
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
