@@ -41,6 +41,14 @@ func (e *Errors) Name(field, name string) {
 	}
 }
 
+// Namespace records field as invalid when ns is not a name a new resource
+// may be created in (see CheckNamespace).
+func (e *Errors) Namespace(field, ns string) {
+	if msg := CheckNamespace(ns); msg != "" {
+		e.Add(field, "%s", msg)
+	}
+}
+
 // Range records field as invalid when v is outside [lo, hi].
 func (e *Errors) Range(field string, v, lo, hi int) {
 	if msg := CheckRange(v, lo, hi); msg != "" {
@@ -78,9 +86,16 @@ func (e *Errors) Error() string {
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *Errors) Is(target error) bool { return target == ErrInvalid }
 
-// MaxNameLength is the longest resource or namespace name (a DNS-1123 label,
-// so that names map to Kubernetes objects unchanged).
+// MaxNameLength is the longest resource or namespace name: a DNS-1123
+// label, which a Kubernetes namespace or custom resource holds unchanged and
+// from which internal/names derives every other object's name.
 const MaxNameLength = 63
+
+// ReservedNamespacePrefix starts the names of the namespaces Kubernetes keeps
+// for itself (kube-system, kube-public, kube-node-lease): an API namespace
+// maps to the Kubernetes namespace of the same name, so none may be created
+// with it.
+const ReservedNamespacePrefix = "kube-"
 
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
@@ -93,6 +108,20 @@ func CheckName(name string) string {
 		return fmt.Sprintf("must be at most %d characters (got %d)", MaxNameLength, len(name))
 	case !dns1123Label.MatchString(name):
 		return fmt.Sprintf("%q must consist of lower-case letters, digits and '-', and start and end with a letter or digit", name)
+	}
+	return ""
+}
+
+// CheckNamespace returns why ns cannot hold new resources, or "": it must
+// be a valid name (see CheckName) without the reserved "kube-" prefix.
+// Reading from such a namespace stays allowed, so that nothing stored before
+// this rule existed becomes unreachable.
+func CheckNamespace(ns string) string {
+	if msg := CheckName(ns); msg != "" {
+		return msg
+	}
+	if strings.HasPrefix(ns, ReservedNamespacePrefix) {
+		return fmt.Sprintf("%q starts with %q, which Kubernetes reserves for its own namespaces", ns, ReservedNamespacePrefix)
 	}
 	return ""
 }

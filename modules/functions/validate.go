@@ -71,7 +71,7 @@ func ApplyDefaults(spec *Spec, runtimes Runtimes) {
 func Validate(fn *Function, runtimes Runtimes) error {
 	errs := &validation.Errors{Resource: "function"}
 	errs.Name("name", fn.Name)
-	errs.Name("namespace", fn.Namespace)
+	errs.Namespace("namespace", fn.Namespace)
 	validateSpec(&fn.Spec, runtimes, errs)
 	return errs.Err()
 }

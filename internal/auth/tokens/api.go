@@ -45,7 +45,7 @@ func (a *API) create(c *gin.Context) error {
 		return err
 	}
 	errs := &validation.Errors{Resource: "token"}
-	errs.Name("namespace", req.Namespace)
+	errs.Namespace("namespace", req.Namespace)
 	if req.Function != "" {
 		errs.Name("function", req.Function)
 	}

@@ -60,7 +60,7 @@ func applyTriggerDefaults(t *triggers.Trigger) {
 func validateTrigger(t *triggers.Trigger) error {
 	errs := &validation.Errors{Resource: "trigger"}
 	errs.Name("name", t.Name)
-	errs.Name("namespace", t.Namespace)
+	errs.Namespace("namespace", t.Namespace)
 	errs.Name("function", t.Function)
 	switch t.Type {
 	case triggers.TypeHTTP:
@@ -174,7 +174,7 @@ func validateRabbitMQ(errs *validation.Errors, r *triggers.RabbitMQSpec) {
 func validateJob(j *triggers.Job) error {
 	errs := &validation.Errors{Resource: "job"}
 	errs.Name("name", j.Name)
-	errs.Name("namespace", j.Namespace)
+	errs.Namespace("namespace", j.Namespace)
 	errs.Name("function", j.Function)
 	checkPayload(errs, "payload", j.Payload)
 	if j.RunID < 0 {
