@@ -114,8 +114,11 @@ func TestInvoke(t *testing.T) {
 		})
 		t.Run(fn+" crash gives 502 and the next call works", func(t *testing.T) {
 			code, _, body := s.post("/fn/default/"+fn, `{"mode": "exit"}`)
-			if code != 502 || !strings.Contains(body, "exit status 7") {
-				t.Errorf("got %d %s; want 502 naming exit status 7", code, body)
+			// The whole message: the public part of the error, nothing cut
+			// out of its text.
+			want := fmt.Sprintf(`{"error":"function \"%s\" crashed: exit status 7"}`, fn)
+			if code != 502 || strings.TrimSpace(body) != want {
+				t.Errorf("got %d %s; want 502 %s", code, body, want)
 			}
 			if code, _, _ := s.post("/fn/default/"+fn, `{}`); code != 200 {
 				t.Errorf("after the crash: %d", code)

@@ -16,7 +16,7 @@ var (
 	// timeout.
 	ErrOverloaded = errors.New("function is overloaded")
 	// ErrStart: an instance could not be started (the handler does not load,
-	// the interpreter is missing). The error's message is for the user.
+	// the interpreter is missing); its *Error's Public message says why.
 	ErrStart = errors.New("function instance failed to start")
 )
 

@@ -367,14 +367,9 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 			rec.StatusCode = http.StatusBadGateway
 		}
 		if rec.Error == "" {
-			rec.Error = "the response was cut short: " + detail(res.Err, runtime.ErrResponseTooLarge)
+			rec.Error = "the response was cut short: " + runtime.PublicMessage(res.Err, res.Err.Error())
 		}
 	}
-}
-
-// detail is err's message without the prefix of the sentinel it wraps.
-func detail(err, sentinel error) string {
-	return strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
 }
 
 func (p *Proxy) tooLarge() string {
@@ -416,7 +411,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		p.refusals.pace(ctx)
 		writeError(c.w, http.StatusServiceUnavailable, msg)
 	case errors.Is(err, runtime.ErrStart):
-		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+strings.TrimPrefix(err.Error(), runtime.ErrStart.Error()+": "))
+		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+runtime.PublicMessage(err, "the server log has the details"))
 	case ctx.Err() != nil:
 		rec.StatusCode, rec.Error = 499, "the client closed the request while it waited for an instance"
 	default:
@@ -435,12 +430,12 @@ func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *ru
 	case errors.Is(err, runtime.ErrTimeout):
 		p.fail(c, rec, http.StatusGatewayTimeout, fmt.Sprintf("function %q timed out after %s", c.name, t.Timeout))
 	case errors.Is(err, runtime.ErrCrashed):
-		p.fail(c, rec, http.StatusBadGateway, fmt.Sprintf("function %q crashed: %s", c.name, strings.TrimPrefix(err.Error(), runtime.ErrCrashed.Error())))
+		p.fail(c, rec, http.StatusBadGateway, fmt.Sprintf("function %q crashed: %s", c.name, runtime.PublicMessage(err, "the instance failed")))
 	case errors.As(err, &mbe):
 		p.fail(c, rec, http.StatusRequestEntityTooLarge, p.tooLarge())
 	case errors.Is(err, runtime.ErrResponseTooLarge):
 		p.fail(c, rec, http.StatusBadGateway, fmt.Sprintf("function %q returned a response too large to pass on: %s",
-			c.name, detail(err, runtime.ErrResponseTooLarge)))
+			c.name, runtime.PublicMessage(err, "it exceeds the limit")))
 	case errors.As(err, &be):
 		p.fail(c, rec, http.StatusBadRequest, "reading the request body failed: "+be.Err.Error())
 	default:

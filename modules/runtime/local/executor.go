@@ -239,7 +239,7 @@ func (e *Executor) pool(ns, name string) (*pool, error) {
 func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*process, error) {
 	p, err := e.runtimes.Get(t.Runtime)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", runtime.ErrStart, err)
+		return nil, runtime.Errorf(runtime.ErrStart, fmt.Sprintf("the runtime %q is not available on this server", t.Runtime), err)
 	}
 	env := e.functionEnv(t)
 	var pr *process
@@ -252,7 +252,8 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 		pr, err = s.take(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", runtime.ErrStart, err)
+		e.log.Error("an instance process could not be started", "namespace", t.Namespace, "function", t.Name, "error", err)
+		return nil, runtime.Errorf(runtime.ErrStart, "the instance process could not be started; the server log has the details", err)
 	}
 	if err := pr.specialize(ctx, t, env, e.mem); err != nil {
 		pr.kill()

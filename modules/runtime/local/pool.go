@@ -376,7 +376,7 @@ func (l *lease) Do(ctx context.Context, inv *runtime.Invocation, w http.Response
 		reason := cmp.Or(err, res.Err)
 		select {
 		case <-l.inst.proc.done:
-			reason = fmt.Errorf("%w (%s)", runtime.ErrCrashed, l.inst.proc.exitReason())
+			reason = runtime.Errorf(runtime.ErrCrashed, l.inst.proc.exitReason(), reason)
 		case <-time.After(100 * time.Millisecond):
 		}
 		// A crash after the status went out is the response's failure.

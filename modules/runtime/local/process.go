@@ -166,7 +166,7 @@ func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[st
 	codeDir := t.Artifact
 	if pr.box != nil {
 		if err := pr.box.MountCode(t.Artifact); err != nil {
-			return fmt.Errorf("%w: %v", runtime.ErrStart, err)
+			return runtime.Errorf(runtime.ErrStart, "the function's code could not be made available to the instance", err)
 		}
 		codeDir = sandbox.CodeDir
 	}
@@ -187,7 +187,7 @@ func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[st
 		// traceback only to the server log.
 		pr.log.base().Warn("the handler could not be loaded", "namespace", t.Namespace, "function", t.Name,
 			"error", msg, "traceback", e.Logs)
-		return fmt.Errorf("%w: the handler %q could not be loaded: %s", runtime.ErrStart, t.Handler, msg)
+		return runtime.Errorf(runtime.ErrStart, fmt.Sprintf("the handler %q could not be loaded: %s", t.Handler, msg), nil)
 	}
 	pr.log.setLogger(pr.log.base().With("namespace", t.Namespace, "function", t.Name))
 	return nil

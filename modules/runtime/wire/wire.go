@@ -80,7 +80,7 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: %w: instance stopped", runtime.ErrCrashed, runtime.ErrNotSent)
+		return nil, runtime.Errorf(runtime.ErrCrashed, "the instance stopped", runtime.ErrNotSent)
 	}
 	for n := len(c.idle); n > 0; n = len(c.idle) {
 		cn := c.idle[n-1]
@@ -96,7 +96,7 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 	c.mu.Unlock()
 	nc, err := c.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w: connecting to the instance: %v", runtime.ErrCrashed, runtime.ErrNotSent, err)
+		return nil, runtime.Errorf(runtime.ErrCrashed, "the instance could not be reached", fmt.Errorf("%w: connecting to the instance: %w", runtime.ErrNotSent, err))
 	}
 	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, bufSize), bw: bufio.NewWriterSize(nc, bufSize)}, nil
 }
@@ -194,14 +194,14 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 	head, err := readHead(cn.br, w.Header())
 	if errors.Is(err, errHeadTooLarge) {
 		// The handler's headers, most likely: the instance is fine.
-		return res, false, fmt.Errorf("%w: the headers exceed the limit of %s", runtime.ErrResponseTooLarge,
-			humanize.IBytes(MaxHeadBytes))
+		return res, false, runtime.Errorf(runtime.ErrResponseTooLarge,
+			"the headers exceed the limit of "+humanize.IBytes(MaxHeadBytes), nil)
 	}
 	if errors.Is(err, syscall.ECONNRESET) {
 		// A reset means the instance closed the connection with the request
 		// still unread: it died before taking it, and the handler, which
 		// runs only on a whole request, did not run.
-		return res, false, fmt.Errorf("%w: %w: the instance closed the connection without reading the request", runtime.ErrCrashed, runtime.ErrNotSent)
+		return res, false, runtime.Errorf(runtime.ErrCrashed, "the instance closed the connection without reading the request", runtime.ErrNotSent)
 	}
 	if err != nil {
 		return res, false, connErr("reading the response", err)
@@ -215,8 +215,8 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 		// Refused before anything is written: the caller answers with an
 		// error. The unread body makes the connection unusable, not the
 		// instance.
-		return res, false, fmt.Errorf("%w: the body of %s exceeds the limit of %s", runtime.ErrResponseTooLarge,
-			humanize.IBytes(uint64(head.contentLength)), humanize.IBytes(uint64(inv.MaxResponseBytes)))
+		return res, false, runtime.Errorf(runtime.ErrResponseTooLarge, fmt.Sprintf("the body of %s exceeds the limit of %s",
+			humanize.IBytes(uint64(head.contentLength)), humanize.IBytes(uint64(inv.MaxResponseBytes))), nil)
 	}
 	if inv.BeforeWrite != nil {
 		inv.BeforeWrite(&res)
@@ -236,8 +236,8 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 	}
 	if limited != body && written == inv.MaxResponseBytes {
 		if n, _ := body.Read((*buf)[:1]); n > 0 {
-			res.Err = fmt.Errorf("%w: the body exceeds the limit of %s", runtime.ErrResponseTooLarge,
-				humanize.IBytes(uint64(inv.MaxResponseBytes)))
+			res.Err = runtime.Errorf(runtime.ErrResponseTooLarge,
+				"the body exceeds the limit of "+humanize.IBytes(uint64(inv.MaxResponseBytes)), nil)
 			return res, false, nil
 		}
 	}
@@ -251,7 +251,7 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 		}
 	}
 	if head.contentLength >= 0 && written != head.contentLength {
-		res.Err = fmt.Errorf("%w: response body ended after %d of %d bytes", runtime.ErrCrashed, written, head.contentLength)
+		res.Err = runtime.Errorf(runtime.ErrCrashed, fmt.Sprintf("the response body ended after %d of %d bytes", written, head.contentLength), nil)
 		return res, false, nil
 	}
 	return res, reusable && !head.close, nil
@@ -372,7 +372,7 @@ func connErr(doing string, err error) error {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return fmt.Errorf("%w (%s)", runtime.ErrTimeout, doing)
 	}
-	return fmt.Errorf("%w: %s: %v", runtime.ErrCrashed, doing, err)
+	return runtime.Errorf(runtime.ErrCrashed, "the connection to the instance failed while "+doing, err)
 }
 
 type head struct {
