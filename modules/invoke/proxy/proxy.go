@@ -382,6 +382,8 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 	case errors.Is(err, runtime.ErrNotDeployed):
 		fn, gerr := p.store.Get(ctx, functions.Key{Namespace: c.ns, Name: c.name})
 		if errors.Is(gerr, functions.ErrNotFound) {
+			// Not recorded, so no invocation id to hold.
+			c.w.Header().Del("X-Sless-Invocation-Id")
 			writeNotFound(c.w, c.ns, c.name)
 			return
 		}

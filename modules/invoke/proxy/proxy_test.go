@@ -1,0 +1,238 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/invoke/proxy"
+	"sless.kube5s.ru/sless/modules/runtime"
+)
+
+// fakeExecutor answers Acquire with acquireErr, or with a lease whose Do
+// returns do's result.
+type fakeExecutor struct {
+	runtime.Executor // Deploy, Undeploy and Warm are not used by the proxy's /fn
+	acquireErr       error
+	do               func(w http.ResponseWriter) (runtime.Result, error)
+	acquired         int
+}
+
+func (f *fakeExecutor) Acquire(context.Context, string, string) (runtime.Lease, error) {
+	f.acquired++
+	if f.acquireErr != nil {
+		return nil, f.acquireErr
+	}
+	return &fakeLease{f: f}, nil
+}
+
+type fakeLease struct{ f *fakeExecutor }
+
+func (l *fakeLease) Target() *runtime.Target {
+	return &runtime.Target{Namespace: "default", Name: "fn", Timeout: 3 * time.Second}
+}
+func (l *fakeLease) ColdStart() time.Duration { return 0 }
+func (l *fakeLease) Release()                 {}
+func (l *fakeLease) Do(_ context.Context, inv *runtime.Invocation, w http.ResponseWriter) (runtime.Result, error) {
+	io.Copy(io.Discard, inv.Request.Body)
+	return l.f.do(w)
+}
+
+// fakeLedger keeps what is recorded.
+type fakeLedger struct {
+	invoke.Ledger // List and Get are not used by the proxy
+	mu            sync.Mutex
+	records       []*invoke.Record
+}
+
+func (l *fakeLedger) Record(r *invoke.Record) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, r)
+}
+func (l *fakeLedger) Begin(*invoke.Record) (func(), error) { return func() {}, nil }
+func (l *fakeLedger) Accepting() error                     { return nil }
+
+// fakeStore knows one function, "fn", in phase Building.
+type fakeStore struct{ functions.Store }
+
+func (fakeStore) Get(_ context.Context, k functions.Key) (*functions.Function, error) {
+	if k.Name != "fn" {
+		return nil, functions.ErrNotFound
+	}
+	return &functions.Function{Name: "fn", Namespace: "default",
+		Status: functions.Status{Phase: "Building", Message: "installing dependencies"}}, nil
+}
+
+type public struct{}
+
+func (public) Access(string, string) invoke.Access { return invoke.Access{Exposed: true} }
+
+type noTokens struct{}
+
+func (noTokens) Authenticate(context.Context, string) (auth.Principal, error) {
+	return auth.Principal{}, auth.ErrUnauthenticated
+}
+
+func answer(status int, body string) func(w http.ResponseWriter) (runtime.Result, error) {
+	return func(w http.ResponseWriter) (runtime.Result, error) {
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+		return runtime.Result{StatusCode: status, ResponseBytes: int64(len(body))}, nil
+	}
+}
+
+func fail(err error) func(w http.ResponseWriter) (runtime.Result, error) {
+	return func(http.ResponseWriter) (runtime.Result, error) { return runtime.Result{}, err }
+}
+
+// TestFnErrors is the table of what /fn answers and records for every
+// outcome an executor can report.
+func TestFnErrors(t *testing.T) {
+	secret := errors.New("fork/exec /var/lib/sless/secret: permission denied")
+	tests := []struct {
+		name       string
+		fn         string
+		acquireErr error
+		do         func(w http.ResponseWriter) (runtime.Result, error)
+		wantStatus int
+		// wantBody is the whole body; wantRecord the recorded status, 0
+		// for nothing recorded.
+		wantBody     string
+		wantRecord   int
+		wantRecError string
+		retryAfter   bool
+		// cut: the response fails after its head, so the client sees a
+		// broken connection.
+		cut bool
+	}{
+		{name: "served", do: answer(201, "made"), wantStatus: 201, wantBody: "made", wantRecord: 201},
+		{name: "handler error status passes through", do: answer(500, "oops"), wantStatus: 500, wantBody: "oops", wantRecord: 500},
+		{name: "unknown function", fn: "nope", acquireErr: runtime.ErrNotDeployed, wantStatus: 404,
+			wantBody: `{"error":"function \"nope\" not found in namespace \"default\""}`},
+		{name: "not deployed yet", acquireErr: runtime.ErrNotDeployed, wantStatus: 503, wantRecord: 503,
+			wantBody: `{"error":"function \"fn\" is not ready (phase Building: installing dependencies)"}`},
+		{name: "at capacity is counted, not recorded", acquireErr: runtime.ErrOverloaded, wantStatus: 503, retryAfter: true,
+			wantBody: `{"error":"function \"fn\" is at capacity (max_instances and concurrency reached, and the wait queue is full or nothing freed up in time); retry later"}`},
+		{name: "start failure says why, without the cause",
+			acquireErr: runtime.Errorf(runtime.ErrStart, "the handler \"main.handle\" could not be loaded: NameError: x", secret),
+			wantStatus: 502, wantRecord: 502,
+			wantBody: `{"error":"function failed to start: the handler \"main.handle\" could not be loaded: NameError: x"}`},
+		{name: "unclassified acquire failure is internal", acquireErr: secret, wantStatus: 500, wantRecord: 500,
+			wantBody: `{"error":"internal error while starting the function; the server log has the details"}`},
+		{name: "timeout", do: fail(runtime.ErrTimeout), wantStatus: 504, wantRecord: 504,
+			wantBody: `{"error":"function \"fn\" timed out after 3s"}`},
+		{name: "crash", do: fail(runtime.Errorf(runtime.ErrCrashed, "exit status 7", secret)), wantStatus: 502, wantRecord: 502,
+			wantBody: `{"error":"function \"fn\" crashed: exit status 7"}`},
+		{name: "response too large", do: fail(runtime.Errorf(runtime.ErrResponseTooLarge, "the body of 7.0 MiB exceeds the limit of 6.0 MiB", nil)),
+			wantStatus: 502, wantRecord: 502,
+			wantBody: `{"error":"function \"fn\" returned a response too large to pass on: the body of 7.0 MiB exceeds the limit of 6.0 MiB"}`},
+		{name: "unclassified invocation failure is internal", do: fail(secret), wantStatus: 500, wantRecord: 500,
+			wantBody: `{"error":"internal error while invoking the function; the server log has the details"}`},
+		{name: "crash after the head is a 502 record and a cut connection",
+			do: func(w http.ResponseWriter) (runtime.Result, error) {
+				w.WriteHeader(200)
+				io.WriteString(w, "part")
+				return runtime.Result{StatusCode: 200, Err: runtime.Errorf(runtime.ErrCrashed, "the response body ended after 4 of 10 bytes", nil)}, nil
+			},
+			cut: true, wantRecord: 502, wantRecError: "the response was cut short: the response body ended after 4 of 10 bytes"},
+	}
+	gin.SetMode(gin.TestMode)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			exec := &fakeExecutor{acquireErr: tc.acquireErr, do: tc.do}
+			ledger := &fakeLedger{}
+			p := proxy.New(proxy.Config{}, exec, fakeStore{}, ledger, public{}, noTokens{}, slog.New(slog.DiscardHandler))
+			engine := gin.New()
+			p.Register(engine.Group("/v1"), engine)
+			srv := httptest.NewServer(engine)
+			defer srv.Close()
+			fn := tc.fn
+			if fn == "" {
+				fn = "fn"
+			}
+			resp, err := http.Post(srv.URL+"/fn/default/"+fn, "application/json", strings.NewReader(`{}`))
+			var body []byte
+			if err == nil {
+				body, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			if tc.cut {
+				// The client must see a failure, never a short body that
+				// looks complete; the record says what happened.
+				if err == nil {
+					t.Fatalf("the cut response read as complete: %d %s", resp.StatusCode, body)
+				}
+				checkRecord(t, ledger, "", tc.wantRecord, tc.wantRecError)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tc.wantStatus || string(body) != tc.wantBody {
+				t.Errorf("got %d %s, want %d %s", resp.StatusCode, body, tc.wantStatus, tc.wantBody)
+			}
+			if got := resp.Header.Get("Retry-After") != ""; got != tc.retryAfter {
+				t.Errorf("Retry-After present = %v, want %v", got, tc.retryAfter)
+			}
+			id := resp.Header.Get("X-Sless-Invocation-Id")
+			if tc.wantRecord == 0 {
+				if id != "" {
+					t.Errorf("answered invocation id %q, which is never recorded", id)
+				}
+			} else if id == "" {
+				t.Errorf("no invocation id answered")
+			}
+			wantErr := ""
+			if tc.wantStatus >= 500 {
+				var e struct{ Error string }
+				json.Unmarshal(body, &e)
+				wantErr = e.Error
+			}
+			checkRecord(t, ledger, id, tc.wantRecord, wantErr)
+			if strings.Contains(string(body), "/var/lib") {
+				t.Errorf("a server path reached the caller: %s", body)
+			}
+		})
+	}
+}
+
+// checkRecord fails t unless ledger holds one record with the id (any when
+// ""), status and error, or none when status is 0.
+func checkRecord(t *testing.T, ledger *fakeLedger, id string, status int, wantErr string) {
+	t.Helper()
+	ledger.mu.Lock()
+	defer ledger.mu.Unlock()
+	if status == 0 {
+		if len(ledger.records) != 0 {
+			t.Errorf("recorded %d records, want none", len(ledger.records))
+		}
+		return
+	}
+	if len(ledger.records) != 1 {
+		t.Fatalf("recorded %d records, want 1", len(ledger.records))
+	}
+	rec := ledger.records[0]
+	if rec.StatusCode != status || (id != "" && rec.ID != id) {
+		t.Errorf("record %+v, want status %d and the answered id %q", rec, status, id)
+	}
+	if rec.Error != wantErr {
+		t.Errorf("record error %q, want %q", rec.Error, wantErr)
+	}
+	if strings.Contains(rec.Error, "/var/lib") {
+		t.Errorf("a server path reached the record: %s", rec.Error)
+	}
+}
