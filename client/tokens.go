@@ -15,10 +15,10 @@ func (c *Client) CreateToken(ctx context.Context, req auth.TokenRequest) (*auth.
 	return &out, c.doJSON(ctx, http.MethodPost, "/v1/tokens", req, &out)
 }
 
-// ListTokens returns every tenant token, without secrets (admin only).
+// ListTokens returns every tenant token, without secrets, following pages
+// (admin only).
 func (c *Client) ListTokens(ctx context.Context) ([]*auth.Token, error) {
-	var out auth.TokenList
-	return out.Items, c.doJSON(ctx, http.MethodGet, "/v1/tokens", nil, &out)
+	return listAll[*auth.Token](ctx, c, "/v1/tokens")
 }
 
 // RevokeToken revokes a token by id (admin only).

@@ -279,3 +279,48 @@ func TestPrivateFunction(t *testing.T) {
 		t.Errorf("after the trigger became public: %d %s", code, body)
 	}
 }
+
+// TestTokenListPages checks that GET /v1/tokens pages as every list does,
+// that the CLI follows the pages, and that no token is made for a namespace
+// Kubernetes keeps for itself.
+func TestTokenListPages(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	for _, ns := range []string{"team-a", "team-b", "team-c"} {
+		s.newToken("--namespace", ns)
+	}
+	seen := map[string]bool{}
+	path := "/v1/tokens?limit=2"
+	for pages := 1; ; pages++ {
+		code, body := s.api("GET", path, "", nil)
+		var page struct {
+			Items []struct {
+				ID        string `json:"id"`
+				Namespace string `json:"namespace"`
+			} `json:"items"`
+			Continue string `json:"continue"`
+		}
+		if code != 200 || json.Unmarshal(body, &page) != nil || len(page.Items) > 2 {
+			t.Fatalf("GET %s: %d %s; want a page of at most 2", path, code, body)
+		}
+		for _, it := range page.Items {
+			seen[it.Namespace] = true
+		}
+		if page.Continue == "" {
+			if pages != 2 {
+				t.Errorf("%d pages of 2 for 3 tokens, want 2", pages)
+			}
+			break
+		}
+		path = "/v1/tokens?limit=2&continue=" + page.Continue
+	}
+	if len(seen) != 3 {
+		t.Errorf("pages held the tokens of %v, want team-a, team-b and team-c", seen)
+	}
+	if out := s.mustCLI("token", "list"); strings.Count(out, "team-") != 3 {
+		t.Errorf("sless token list shows %d tokens, want 3:\n%s", strings.Count(out, "team-"), out)
+	}
+	code, body := s.api("POST", "/v1/tokens", "application/json", []byte(`{"namespace": "kube-system"}`))
+	if code != 400 || !strings.Contains(string(body), `namespace: \"kube-system\" starts with \"kube-\"`) {
+		t.Errorf("token for kube-system: %d %s; want 400 naming the reserved prefix", code, body)
+	}
+}

@@ -170,7 +170,3 @@ type NewToken struct {
 	Secret string `json:"token"`
 }
 
-// TokenList is the body of GET /v1/tokens.
-type TokenList struct {
-	Items []*Token `json:"items"`
-}

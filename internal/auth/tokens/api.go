@@ -70,11 +70,15 @@ func (a *API) create(c *gin.Context) error {
 }
 
 func (a *API) list(c *gin.Context) error {
-	items, err := a.store.List(c)
+	limit, err := httpx.PageLimit(c)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, auth.TokenList{Items: items})
+	items, more, err := a.store.List(c, c.Query("continue"), limit)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, httpx.NewListResponse(items, more, func(t *auth.Token) string { return t.ID }))
 	return nil
 }
 

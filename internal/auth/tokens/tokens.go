@@ -82,17 +82,25 @@ func (s *Store) Create(ctx context.Context, t auth.Token, ttl time.Duration) (*a
 	return fromRow(&r), secret, nil
 }
 
-// List returns every token, oldest first.
-func (s *Store) List(ctx context.Context) ([]*auth.Token, error) {
+// List returns a page of tokens ordered by id, after the id after ("": from
+// the first), at most limit of them; more reports whether more follow.
+func (s *Store) List(ctx context.Context, after string, limit int) (items []*auth.Token, more bool, err error) {
 	var rows []row
-	if err := s.db.WithContext(ctx).Order("created_at, id").Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("listing tokens: %w", err)
+	q := s.db.WithContext(ctx).Order("id").Limit(limit + 1)
+	if after != "" {
+		q = q.Where("id > ?", after)
 	}
-	out := make([]*auth.Token, len(rows))
+	if err := q.Find(&rows).Error; err != nil {
+		return nil, false, fmt.Errorf("listing tokens: %w", err)
+	}
+	if len(rows) > limit {
+		rows, more = rows[:limit], true
+	}
+	items = make([]*auth.Token, len(rows))
 	for i := range rows {
-		out[i] = fromRow(&rows[i])
+		items[i] = fromRow(&rows[i])
 	}
-	return out, nil
+	return items, more, nil
 }
 
 // Revoke deletes the token id, or fails with ErrNotFound. The token fails

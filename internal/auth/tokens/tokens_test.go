@@ -84,9 +84,17 @@ func runSuite(t *testing.T, newURL func(t *testing.T) string) {
 		})
 	}
 
-	list, err := s.List(ctx)
-	if err != nil || len(list) != 2 || list[0].ID != forever.ID || list[1].ID != invoker.ID || list[0].Description != "ci" {
-		t.Fatalf("list: %+v, %v; want both tokens, oldest first", list, err)
+	first, more, err := s.List(ctx, "", 1)
+	if err != nil || len(first) != 1 || !more {
+		t.Fatalf("first page: %+v, more %v, %v; want one token and more", first, more, err)
+	}
+	rest, more, err := s.List(ctx, first[0].ID, 10)
+	if err != nil || len(rest) != 1 || more {
+		t.Fatalf("second page: %+v, more %v, %v; want the other token and no more", rest, more, err)
+	}
+	byID := map[string]*auth.Token{first[0].ID: first[0], rest[0].ID: rest[0]}
+	if byID[forever.ID] == nil || byID[invoker.ID] == nil || byID[forever.ID].Description != "ci" || first[0].ID > rest[0].ID {
+		t.Fatalf("pages %+v and %+v; want both tokens in id order", first[0], rest[0])
 	}
 	if err := s.Revoke(ctx, forever.ID); err != nil {
 		t.Fatal(err)
