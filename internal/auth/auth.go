@@ -169,4 +169,3 @@ type NewToken struct {
 	Token
 	Secret string `json:"token"`
 }
-
