@@ -48,6 +48,9 @@ func (s *session) handle(d amqp.Delivery) {
 			}
 		}
 	}
+	if s.duplicateCopy(&d) {
+		return
+	}
 	attempts := c.spec.maxRetries + 1
 	for h.runs < attempts {
 		if !s.wait(h) {
@@ -138,12 +141,37 @@ func (c *consumer) request(d *amqp.Delivery, h history) invoke.Request {
 // holds the count for a redelivery.
 func (s *session) republish(d *amqp.Delivery, key string, h history) bool {
 	c := s.c
-	if err := s.publish("", c.spec.queue, retryCopy(d, c.key, h)); err != nil {
+	// Replaced before the copy is out: a copy delivered at once must not
+	// find its delivery kept (see duplicateCopy).
+	c.memory.add(key, memo{outcome: replaced})
+	if err := s.publish("", c.spec.queue, retryCopy(d, c.key, h, key)); err != nil {
+		c.memory.add(key, memo{history: h})
 		c.log.Warn("could not republish the message for its retry; retrying it in place", "message_id", d.MessageId, "error", c.scrub.scrub(err.Error()))
 		return false
 	}
-	c.memory.add(key, memo{outcome: ack})
 	s.ack(d)
+	return true
+}
+
+// duplicateCopy acknowledges d without invoking, and reports so, when d is
+// a retry copy of a delivery this trigger kept instead: the copy's
+// publication failed as far as the trigger could tell (its confirmation
+// was lost with the connection) while the broker had it, and the delivery
+// it was to replace runs on in place, or ran, counting the same runs.
+// A copy whose delivery is not remembered (the server restarted, or it was
+// forgotten) runs: a possible extra run rather than a lost one.
+func (s *session) duplicateCopy(d *amqp.Delivery) bool {
+	parent, ok := d.Headers[headerReplaces].(string)
+	if !ok {
+		return false
+	}
+	m, ok := s.c.memory.get(parent)
+	if !ok || m.outcome == replaced {
+		return false
+	}
+	s.c.log.Info("retry copy of a message that ran on in place; not invoking again", "message_id", d.MessageId)
+	s.ack(d)
+	s.c.report(triggers.EventSkipped, "a retry copy of a message that was retried in place: acknowledged without invoking")
 	return true
 }
 

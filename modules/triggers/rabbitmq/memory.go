@@ -11,11 +11,13 @@ type outcome int
 const (
 	// unsettled: the message ran and failed, and it is not settled yet.
 	unsettled outcome = iota
-	// ack: the invocation succeeded, or the message was dead-lettered or
-	// replaced by its retry copy.
+	// ack: the invocation succeeded, or the message was dead-lettered.
 	ack
 	// reject: the message was rejected to the queue's own dead-lettering.
 	reject
+	// replaced: the message was acknowledged once its retry copy, which
+	// carries its runs on, was in the queue.
+	replaced
 )
 
 func (o outcome) String() string {
@@ -24,14 +26,19 @@ func (o outcome) String() string {
 		return "ack"
 	case reject:
 		return "reject"
+	case replaced:
+		return "replaced"
 	}
 	return "unsettled"
 }
 
 // past is the outcome of a settled message as a participle, for messages.
 func (o outcome) past() string {
-	if o == reject {
+	switch o {
+	case reject:
 		return "rejected"
+	case replaced:
+		return "replaced by its retry copy"
 	}
 	return "acknowledged"
 }
