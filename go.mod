@@ -3,6 +3,7 @@ module sless.kube5s.ru/sless
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/dustin/go-humanize v1.1.0
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/gin-gonic/gin v1.12.0
