@@ -49,6 +49,9 @@ type Spec struct {
 	MaxInstances int `json:"max_instances,omitempty"`
 	// Concurrency caps in-flight invocations per instance; default 1.
 	Concurrency int `json:"concurrency,omitempty"`
+	// Egress is what instances may reach over the network: "all" (default)
+	// or "public" (see runtime.EgressPublic).
+	Egress string `json:"egress,omitempty"`
 }
 
 // Status is the observed state, written by the reconciler only.

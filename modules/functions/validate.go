@@ -31,6 +31,8 @@ const (
 	MaxHandlerBytes = 256
 	// MaxRuntimeBytes caps the runtime name, as runtime.Provider does.
 	MaxRuntimeBytes = 32
+	// MaxEgressBytes caps an egress value quoted in an error.
+	MaxEgressBytes = 16
 )
 
 // ReservedEnvPrefix starts the names of variables that the platform sets.
@@ -64,6 +66,9 @@ func ApplyDefaults(spec *Spec, runtimes Runtimes) {
 	if spec.Concurrency == 0 {
 		spec.Concurrency = DefaultConcurrency
 	}
+	if spec.Egress == "" {
+		spec.Egress = string(runtime.EgressAll)
+	}
 }
 
 // Validate checks a function's name, namespace and spec (after
@@ -94,6 +99,9 @@ func validateSpec(spec *Spec, runtimes Runtimes, errs *validation.Errors) {
 	errs.Range("max_instances", spec.MaxInstances, 1, MaxInstancesLimit)
 	errs.Range("min_instances", spec.MinInstances, 0, spec.MaxInstances)
 	errs.Range("concurrency", spec.Concurrency, 1, MaxConcurrency)
+	if _, err := runtime.ParseEgress(spec.Egress); err != nil && errs.MaxLen("egress", spec.Egress, MaxEgressBytes) {
+		errs.Add("egress", "must be %q or %q (got %q)", runtime.EgressAll, runtime.EgressPublic, spec.Egress)
+	}
 	validateEnv(spec.Env, errs)
 }
 

@@ -28,7 +28,7 @@ func TestApplyDefaults(t *testing.T) {
 	want := functions.Spec{Runtime: "nodejs20", Handler: "handler.handle", TimeoutSeconds: 30, MemoryMB: 256,
 		MinInstances: 12, MaxInstances: 12, Concurrency: 1}
 	if spec.Handler != want.Handler || spec.TimeoutSeconds != want.TimeoutSeconds || spec.MemoryMB != want.MemoryMB ||
-		spec.MaxInstances != want.MaxInstances || spec.Concurrency != want.Concurrency {
+		spec.MaxInstances != want.MaxInstances || spec.Concurrency != want.Concurrency || spec.Egress != "all" {
 		t.Errorf("got %+v, want %+v", spec, want)
 	}
 }
@@ -73,6 +73,11 @@ func TestValidate(t *testing.T) {
 			fields: []string{"min_instances"}, wantMsg: []string{"between 0 and 2 (got 5)"}},
 		{name: "too many instances", mutate: func(fn *functions.Function) { fn.MaxInstances = 101 }, fields: []string{"max_instances"}},
 		{name: "zero concurrency", mutate: func(fn *functions.Function) { fn.Concurrency = -3 }, fields: []string{"concurrency"}},
+		{name: "public egress", mutate: func(fn *functions.Function) { fn.Egress = "public" }},
+		{name: "unknown egress", mutate: func(fn *functions.Function) { fn.Egress = "private" },
+			fields: []string{"egress"}, wantMsg: []string{`egress: must be "all" or "public" (got "private")`}},
+		{name: "egress too long", mutate: func(fn *functions.Function) { fn.Egress = strings.Repeat("e", 1000) },
+			fields: []string{"egress"}, wantMsg: []string{"egress: must be at most 16 bytes (got 1000)"}},
 		{name: "bad env name", mutate: func(fn *functions.Function) { fn.Env = map[string]string{"1X": "a", "OK": "b"} },
 			fields: []string{"env.1X"}},
 		{name: "reserved env name", mutate: func(fn *functions.Function) { fn.Env = map[string]string{"SLESS_X": "a"} },

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -19,6 +20,12 @@ var (
 	// the interpreter is missing); its *Error's Public message says why.
 	ErrStart = errors.New("function instance failed to start")
 )
+
+// ErrUnsupported is returned (wrapped) by Executor.Deploy when the executor
+// cannot run the target as specified (public egress where it cannot be
+// enforced); the message says why, in the user's terms. The target is not
+// deployed.
+var ErrUnsupported = errors.New("this server cannot run the function as specified")
 
 // Target is one deployable version of a function: what an executor needs to
 // run its instances.
@@ -40,10 +47,37 @@ type Target struct {
 	MinInstances, MaxInstances int
 	// Concurrency is the most invocations one instance serves at once.
 	Concurrency int
+	// Egress is what the instances may reach over the network; empty is
+	// EgressAll.
+	Egress Egress
 	// Suspended scales the function to zero in place: idle instances stop
 	// now and none are kept warm (MinInstances is ignored). Invocations that
 	// still arrive (jobs, other triggers) start instances as usual.
 	Suspended bool
+}
+
+// Egress says what a function's instances may reach over the network.
+type Egress string
+
+// The egress settings.
+const (
+	// EgressAll leaves the network open: the default.
+	EgressAll Egress = "all"
+	// EgressPublic denies the addresses that reach the host or a private
+	// network (loopback, private, link-local, shared, multicast and
+	// reserved ranges, the host's own addresses) but DNS to the host's name
+	// servers, and abstract unix sockets of other processes. An executor
+	// that cannot enforce it refuses to deploy with ErrUnsupported.
+	EgressPublic Egress = "public"
+)
+
+// ParseEgress parses an egress setting.
+func ParseEgress(s string) (Egress, error) {
+	switch e := Egress(s); e {
+	case EgressAll, EgressPublic:
+		return e, nil
+	}
+	return "", fmt.Errorf("egress %q: want %s or %s", s, EgressAll, EgressPublic)
 }
 
 // Executor runs function instances: local processes in the embedded mode,
@@ -51,7 +85,8 @@ type Target struct {
 type Executor interface {
 	// Deploy makes t the serving version of its function. It is idempotent
 	// and returns quickly: instances of an older version are drained in the
-	// background, MinInstances are started in the background.
+	// background, MinInstances are started in the background. A target the
+	// executor cannot run fails with ErrUnsupported.
 	Deploy(ctx context.Context, t Target) error
 	// Undeploy stops serving the function; in-flight invocations finish,
 	// waiting ones fail with ErrNotDeployed. Undeploying an unknown function

@@ -30,6 +30,39 @@ type row struct {
 	MinInstances   int    `gorm:"not null"`
 	MaxInstances   int    `gorm:"not null"`
 	Concurrency    int    `gorm:"not null"`
+	// Egress was added by version 2.
+	Egress     string `gorm:"size:16;not null"`
+	CodeSHA256 string `gorm:"column:code_sha256;size:64;not null"`
+	Generation int64  `gorm:"not null"`
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+
+	StatusPhase              string `gorm:"size:16;not null"`
+	StatusMessage            string `gorm:"type:text;not null"`
+	StatusCodeSHA256         string `gorm:"column:status_code_sha256;size:64;not null"`
+	StatusBuildLog           string `gorm:"type:text;not null"`
+	StatusObservedGeneration int64  `gorm:"not null"`
+	StatusUpdatedAt          time.Time
+	StatusArtifact           string `gorm:"type:text;not null"`
+	StatusBuildKey           string `gorm:"size:64;not null"`
+}
+
+func (row) TableName() string { return "functions" }
+
+// rowV1 is the table of version 1, frozen: later versions change the table
+// with migrations of their own.
+type rowV1 struct {
+	ID             int64  `gorm:"primaryKey"`
+	Namespace      string `gorm:"size:63;not null;uniqueIndex:functions_ns_name,priority:1"`
+	Name           string `gorm:"size:63;not null;uniqueIndex:functions_ns_name,priority:2"`
+	Runtime        string `gorm:"size:32;not null"`
+	Handler        string `gorm:"size:255;not null"`
+	Env            string `gorm:"type:text;not null"`
+	TimeoutSeconds int    `gorm:"not null"`
+	MemoryMB       int    `gorm:"column:memory_mb;not null"`
+	MinInstances   int    `gorm:"not null"`
+	MaxInstances   int    `gorm:"not null"`
+	Concurrency    int    `gorm:"not null"`
 	CodeSHA256     string `gorm:"column:code_sha256;size:64;not null"`
 	Generation     int64  `gorm:"not null"`
 	CreatedAt      time.Time
@@ -45,15 +78,19 @@ type row struct {
 	StatusBuildKey           string `gorm:"size:64;not null"`
 }
 
-func (row) TableName() string { return "functions" }
+func (rowV1) TableName() string { return "functions" }
 
 // Migrations are the functions module's schema versions.
 func Migrations() []sqldb.Migration {
 	return []sqldb.Migration{{
 		Module: "functions", Version: 1, Name: "create functions",
-		// row is frozen for version 1: a later schema change adds a migration
-		// with its own struct instead of editing this one.
-		Up: func(tx *gorm.DB) error { return tx.Migrator().CreateTable(&row{}) },
+		Up: func(tx *gorm.DB) error { return tx.Migrator().CreateTable(&rowV1{}) },
+	}, {
+		Module: "functions", Version: 2, Name: "add egress",
+		// Functions stored before it keep their open network.
+		Up: func(tx *gorm.DB) error {
+			return tx.Exec("ALTER TABLE functions ADD COLUMN egress VARCHAR(16) NOT NULL DEFAULT 'all'").Error
+		},
 	}}
 }
 
@@ -151,7 +188,7 @@ func (s *Store) UpdateSpec(ctx context.Context, key functions.Key, spec function
 		"runtime": spec.Runtime, "handler": spec.Handler, "env": string(env),
 		"timeout_seconds": spec.TimeoutSeconds, "memory_mb": spec.MemoryMB,
 		"min_instances": spec.MinInstances, "max_instances": spec.MaxInstances,
-		"concurrency": spec.Concurrency,
+		"concurrency": spec.Concurrency, "egress": spec.Egress,
 	})
 }
 
@@ -223,7 +260,7 @@ func toRow(fn *functions.Function) (row, error) {
 		Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Runtime, Handler: fn.Handler,
 		Env: string(env), TimeoutSeconds: fn.TimeoutSeconds, MemoryMB: fn.MemoryMB,
 		MinInstances: fn.MinInstances, MaxInstances: fn.MaxInstances, Concurrency: fn.Concurrency,
-		CodeSHA256: fn.CodeSHA256,
+		Egress: fn.Egress, CodeSHA256: fn.CodeSHA256,
 	}, nil
 }
 
@@ -233,7 +270,7 @@ func fromRow(r *row) (*functions.Function, error) {
 		Spec: functions.Spec{
 			Runtime: r.Runtime, Handler: r.Handler, TimeoutSeconds: r.TimeoutSeconds,
 			MemoryMB: r.MemoryMB, MinInstances: r.MinInstances, MaxInstances: r.MaxInstances,
-			Concurrency: r.Concurrency,
+			Concurrency: r.Concurrency, Egress: r.Egress,
 		},
 		CodeSHA256: r.CodeSHA256, Generation: r.Generation,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),

@@ -49,7 +49,7 @@ func newStore(t *testing.T, url string) *fnstore.Store {
 func sample(ns, name string) *functions.Function {
 	return &functions.Function{Namespace: ns, Name: name, Spec: functions.Spec{
 		Runtime: "python3.11", Handler: "handler.handle", Env: map[string]string{"A": "1", "B": "two words"},
-		TimeoutSeconds: 30, MemoryMB: 256, MinInstances: 1, MaxInstances: 10, Concurrency: 4,
+		TimeoutSeconds: 30, MemoryMB: 256, MinInstances: 1, MaxInstances: 10, Concurrency: 4, Egress: "all",
 	}}
 }
 
@@ -150,12 +150,14 @@ func runSuite(t *testing.T, newURL func(t *testing.T) string) {
 		spec := fn.Spec
 		spec.Env = nil
 		spec.Concurrency = 9
+		spec.Egress = "public"
 		updated, err := s.UpdateSpec(ctx, key, spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if updated.Generation != 2 || updated.Concurrency != 9 || updated.Env != nil {
-			t.Errorf("after UpdateSpec: generation %d concurrency %d env %v; want 2, 9, nil", updated.Generation, updated.Concurrency, updated.Env)
+		if updated.Generation != 2 || updated.Concurrency != 9 || updated.Env != nil || updated.Egress != "public" {
+			t.Errorf("after UpdateSpec: generation %d concurrency %d env %v egress %q; want 2, 9, nil, public",
+				updated.Generation, updated.Concurrency, updated.Env, updated.Egress)
 		}
 		withCode, err := s.SetCode(ctx, key, "c0de")
 		if err != nil {

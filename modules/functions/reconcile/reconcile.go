@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"sless.kube5s.ru/sless/internal/controller"
@@ -63,8 +64,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controll
 		if t.Suspended, err = r.suspension.Suspended(ctx, key); err != nil {
 			return controller.Result{}, err
 		}
-		if err := r.executor.Deploy(ctx, t); err != nil {
+		switch err := r.executor.Deploy(ctx, t); {
+		case errors.Is(err, runtime.ErrUnsupported):
+			// Rather than serve otherwise than asked (an open network for
+			// public egress), the function does not serve.
+			if err := r.executor.Undeploy(ctx, key.Namespace, key.Name); err != nil {
+				return controller.Result{}, err
+			}
+			st.Phase, st.Message = functions.PhaseFailed, err.Error()
+		case err != nil:
 			return controller.Result{}, fmt.Errorf("deploying %s: %w", key, err)
+		case st.Phase == functions.PhaseFailed && strings.HasPrefix(st.Message, runtime.ErrUnsupported.Error()):
+			// It failed to deploy, not to build: this server runs it now.
+			st.Phase, st.Message = functions.PhaseReady, ""
 		}
 	} else if err := r.executor.Undeploy(ctx, key.Namespace, key.Name); err != nil {
 		return controller.Result{}, err
@@ -129,7 +141,7 @@ func (r *Reconciler) build(ctx context.Context, fn *functions.Function) (functio
 
 // Target is the deployable version of fn running artifact. Its Version
 // changes with everything that needs new instances (code, handler, env,
-// memory, concurrency) and not with what applies in place (instance counts,
+// memory, concurrency, egress) and not with what applies in place (instance counts,
 // timeout).
 func Target(fn *functions.Function, artifact string) runtime.Target {
 	h := sha256.New()
@@ -137,11 +149,17 @@ func Target(fn *functions.Function, artifact string) runtime.Target {
 	for _, k := range slices.Sorted(maps.Keys(fn.Env)) {
 		fmt.Fprintf(h, "\x00%s=%s", k, fn.Env[k])
 	}
+	if fn.Egress != string(runtime.EgressAll) && fn.Egress != "" {
+		// Only then: the versions of the other functions stay those of
+		// before the setting existed.
+		fmt.Fprintf(h, "\x00egress=%s", fn.Egress)
+	}
 	return runtime.Target{
 		Namespace: fn.Namespace, Name: fn.Name, Version: hex.EncodeToString(h.Sum(nil))[:16],
 		Runtime: fn.Runtime, Artifact: artifact, Handler: fn.Handler, Env: fn.Env,
 		Timeout: time.Duration(fn.TimeoutSeconds) * time.Second, MemoryMB: fn.MemoryMB,
 		MinInstances: fn.MinInstances, MaxInstances: fn.MaxInstances, Concurrency: fn.Concurrency,
+		Egress: runtime.Egress(fn.Egress),
 	}
 }
 

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -46,11 +47,16 @@ func (b *fakeBuilder) count() int {
 type fakeExecutor struct {
 	mu       sync.Mutex
 	deployed map[string]runtime.Target
+	// refuse, when set, is Deploy's error.
+	refuse error
 }
 
 func (e *fakeExecutor) Deploy(_ context.Context, t runtime.Target) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.refuse != nil {
+		return e.refuse
+	}
 	e.deployed[t.Namespace+"/"+t.Name] = t
 	return nil
 }
@@ -268,6 +274,7 @@ func TestTargetVersion(t *testing.T) {
 	same := *fn
 	same.Env = map[string]string{"B": "2", "A": "1"}
 	same.TimeoutSeconds, same.MinInstances, same.MaxInstances = 60, 1, 9
+	same.Egress = "all"
 	if v := reconcile.Target(&same, "/a").Version; v != base {
 		t.Errorf("timeout and instance counts changed the version")
 	}
@@ -276,6 +283,7 @@ func TestTargetVersion(t *testing.T) {
 		"memory":      func(f *functions.Function) { f.MemoryMB = 256 },
 		"concurrency": func(f *functions.Function) { f.Concurrency = 2 },
 		"handler":     func(f *functions.Function) { f.Handler = "h.g" },
+		"egress":      func(f *functions.Function) { f.Egress = "public" },
 	} {
 		changed := *fn
 		mutate(&changed)
@@ -285,5 +293,26 @@ func TestTargetVersion(t *testing.T) {
 	}
 	if reconcile.Target(fn, "/b").Version == base {
 		t.Error("a new artifact kept the version")
+	}
+}
+
+// A function the executor cannot run as asked is Failed with the reason and
+// not served, and Ready once the executor runs it.
+func TestUnsupportedTargetFailsAndIsNotServed(t *testing.T) {
+	store, _, r, key := setup(t)
+	if _, err := store.SetCode(context.Background(), key, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAndGet(t, store, r, key)
+	executor.refuse = fmt.Errorf("%w: egress \"public\" is not available", runtime.ErrUnsupported)
+	fn := reconcileAndGet(t, store, r, key)
+	if _, ok := executor.get(key); ok || fn.Status.Phase != functions.PhaseFailed ||
+		!strings.Contains(fn.Status.Message, `egress "public" is not available`) {
+		t.Errorf("refused: phase %s %q, deployed %v; want Failed with the reason, not deployed", fn.Status.Phase, fn.Status.Message, ok)
+	}
+	executor.refuse = nil
+	fn = reconcileAndGet(t, store, r, key)
+	if _, ok := executor.get(key); !ok || fn.Status.Phase != functions.PhaseReady || fn.Status.Message != "" {
+		t.Errorf("accepted again: phase %s %q, deployed %v; want Ready, deployed", fn.Status.Phase, fn.Status.Message, ok)
 	}
 }

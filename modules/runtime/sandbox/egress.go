@@ -18,28 +18,8 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Egress says which destinations an instance may reach over the network.
-type Egress string
-
-// The egress settings.
-const (
-	// EgressAll leaves the network open: the default.
-	EgressAll Egress = "all"
-	// EgressPublic denies what reaches the host or a private network (see
-	// DeniedPrefixes) and abstract unix sockets of other processes.
-	EgressPublic Egress = "public"
-)
-
-// ParseEgress parses an egress setting.
-func ParseEgress(s string) (Egress, error) {
-	switch e := Egress(s); e {
-	case EgressAll, EgressPublic:
-		return e, nil
-	}
-	return "", fmt.Errorf("egress %q: want all or public", s)
-}
-
-// DeniedPrefixes are the IPv4 and IPv6 ranges that EgressPublic denies:
+// DeniedPrefixes are the IPv4 and IPv6 ranges that public egress
+// (runtime.EgressPublic) denies:
 // what reaches the host itself, a private or link-local network (where cloud
 // metadata services answer), or no single host at all. IPv4 ranges are denied
 // in their IPv4-mapped (::ffff:0:0/96), NAT64 (64:ff9b::/96) and 6to4
@@ -85,7 +65,7 @@ func mustPrefixes(s ...string) []netip.Prefix {
 	return out
 }
 
-// EgressPolicy is what EgressPublic denies on one server.
+// EgressPolicy is what public egress denies on one server.
 type EgressPolicy struct {
 	// Deny are the denied ranges: DeniedPrefixes and the host's own
 	// addresses.

@@ -40,14 +40,3 @@ func TestForFamily(t *testing.T) {
 		t.Errorf("IPv4 forms of fc00::/7: %v; want none", got)
 	}
 }
-
-func TestParseEgress(t *testing.T) {
-	for _, s := range []string{"all", "public"} {
-		if e, err := ParseEgress(s); err != nil || string(e) != s {
-			t.Errorf("ParseEgress(%q) = %q, %v", s, e, err)
-		}
-	}
-	if _, err := ParseEgress("private"); err == nil {
-		t.Error("ParseEgress(private) succeeded")
-	}
-}
