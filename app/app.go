@@ -26,6 +26,7 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 	"sless.kube5s.ru/sless/modules/invoke/proxy"
+	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
@@ -58,6 +59,7 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 			runtimefx.Config{
 				Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth, Pids: c.InstancePids},
 				Sandbox:  sandboxConfig(c),
+				Egress:   runtime.Egress(c.InstanceEgress),
 			},
 			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes, MaxResultBytes: c.MaxResultBytes}, Retention: c.InvocationRetention,
 				Journal: journal.Options{Dir: filepath.Join(c.DataDir, "journal"), SyncInterval: c.JournalSync, MaxBytes: c.JournalMaxBytes}},

@@ -19,6 +19,7 @@ import (
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
+	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
@@ -89,6 +90,9 @@ type Config struct {
 	// InstancePids limits the processes and threads of an instance; default
 	// 256, plus one per concurrent invocation.
 	InstancePids int
+	// InstanceEgress is the least restricted egress of every instance: all
+	// (default: each function has its own) or public (for every function).
+	InstanceEgress string
 	// AuthWebhookURL, when set, asks this identity service (TokenReview) about
 	// the tokens that are neither the server's nor stored; default: none.
 	AuthWebhookURL string
@@ -137,6 +141,7 @@ var settings = []setting{
 	{name: "sandbox-uids", usage: "range FIRST-LAST of the uids given to confined processes, one each"},
 	{name: "instance-tmp-mb", usage: "size in MiB of a confined instance's private /tmp"},
 	{name: "instance-pids", usage: "most processes and threads of an instance (plus one per concurrent invocation)"},
+	{name: "instance-egress", usage: "what every instance may reach: all (each function's own egress setting) or public (no loopback or private ranges, for every function; refuses to start where that cannot be enforced)"},
 	{name: "auth-webhook-url", usage: "http(s) URL of an identity service that reviews the tokens the server does not know (Kubernetes TokenReview shape; default: none)"},
 	{name: "auth-webhook-token", usage: "bearer token sent to the identity service with each review", secret: true},
 	{name: "auth-webhook-timeout", usage: "longest the identity service may take to answer; a token it does not answer in time gets 503"},
@@ -151,7 +156,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
 		JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
-		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256,
+		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256, InstanceEgress: "all",
 		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
@@ -165,7 +170,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"max-request-bytes": &cfg.MaxRequestBytes, "max-result-bytes": &cfg.MaxResultBytes, "invocation-retention": &cfg.InvocationRetention,
 		"journal-sync": &cfg.JournalSync, "journal-max-bytes": &cfg.JournalMaxBytes,
 		"server-cpus": &cfg.ServerCPUs, "sandbox": &cfg.Sandbox, "sandbox-uids": &cfg.SandboxUIDs,
-		"instance-tmp-mb": &cfg.InstanceTmpMB, "instance-pids": &cfg.InstancePids,
+		"instance-tmp-mb": &cfg.InstanceTmpMB, "instance-pids": &cfg.InstancePids, "instance-egress": &cfg.InstanceEgress,
 		"auth-webhook-url": &cfg.AuthWebhookURL, "auth-webhook-token": &cfg.AuthWebhookToken,
 		"auth-webhook-timeout": &cfg.AuthWebhookTimeout, "auth-webhook-cache-ttl": &cfg.AuthWebhookCacheTTL,
 		"auth-webhook-negative-cache-ttl": &cfg.AuthWebhookNegativeCacheTTL,
@@ -361,6 +366,9 @@ func (c *Config) validate() error {
 	}
 	if c.InstancePids < 16 {
 		bad("instance-pids", "must be at least 16")
+	}
+	if _, err := runtime.ParseEgress(c.InstanceEgress); err != nil {
+		bad("instance-egress", "%q is not one of all, public", c.InstanceEgress)
 	}
 	if c.AuthWebhookURL != "" {
 		if u, err := url.Parse(c.AuthWebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

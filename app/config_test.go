@@ -30,7 +30,8 @@ func TestDefaults(t *testing.T) {
 	}
 	if cfg.Listen != "127.0.0.1:8080" || cfg.DataDir != "/xdg/sless" || cfg.DatabaseURL != "sqlite:/xdg/sless/sless.db" ||
 		cfg.BlobURL != "file:/xdg/sless/blobs" || cfg.BuildTimeout != 10*time.Minute ||
-		cfg.BuildLimits.MaxCompressedBytes != 50<<20 || cfg.BuildLimits.MaxExtractedBytes != 250<<20 || cfg.BuildLimits.MaxEntries != 10000 {
+		cfg.BuildLimits.MaxCompressedBytes != 50<<20 || cfg.BuildLimits.MaxExtractedBytes != 250<<20 || cfg.BuildLimits.MaxEntries != 10000 ||
+		cfg.InstanceEgress != "all" {
 		t.Errorf("defaults: %+v", cfg)
 	}
 }
@@ -73,6 +74,7 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 		{"bad webhook url", []string{"--auth-webhook-url", "idp.example:8443/review"}, nil, "auth-webhook-url (SLESS_AUTH_WEBHOOK_URL): \"idp.example:8443/review\" is not an http:// or https:// URL"},
 		{"zero webhook timeout", []string{"--auth-webhook-timeout", "0s"}, nil, "auth-webhook-timeout (SLESS_AUTH_WEBHOOK_TIMEOUT): must be positive"},
 		{"zero negative ttl", nil, map[string]string{"SLESS_AUTH_WEBHOOK_NEGATIVE_CACHE_TTL": "0s"}, "auth-webhook-negative-cache-ttl"},
+		{"bad instance egress", nil, map[string]string{"SLESS_INSTANCE_EGRESS": "private"}, `instance-egress (SLESS_INSTANCE_EGRESS): "private" is not one of all, public`},
 		{"negative server cpus", nil, map[string]string{"SLESS_SERVER_CPUS": "-1"}, "server-cpus (SLESS_SERVER_CPUS): must not be negative"},
 	}
 	for _, tt := range tests {

@@ -50,6 +50,7 @@ takes its default, also when the function had another value before.`,
 	fl.IntVar(&f.spec.MinInstances, "min-instances", 0, "instances kept warm")
 	fl.IntVar(&f.spec.MaxInstances, "max-instances", 0, fmt.Sprintf("most instances (default %d)", functions.DefaultMaxInstances))
 	fl.IntVar(&f.spec.Concurrency, "concurrency", 0, fmt.Sprintf("concurrent invocations per instance (default %d)", functions.DefaultConcurrency))
+	fl.StringVar(&f.spec.Egress, "egress", "", "what instances may reach over the network: all (default) or public (no loopback or private ranges)")
 	fl.DurationVar(&f.wait, "wait", 10*time.Minute, "how long to wait for the build")
 	fl.BoolVar(&f.noWait, "no-wait", false, "return after the upload without waiting for the build")
 	fl.BoolVar(&f.http, "http", true, "expose the function on /fn with an http trigger of the same name, unless it has one")
@@ -291,6 +292,7 @@ func printFunctionDetail(w io.Writer, fn *functions.Function, invoke string) err
 	row("Timeout", fmt.Sprintf("%ds", fn.TimeoutSeconds))
 	row("Memory", fmt.Sprintf("%d MiB", fn.MemoryMB))
 	row("Instances", fmt.Sprintf("%d..%d, %d concurrent each", fn.MinInstances, fn.MaxInstances, fn.Concurrency))
+	row("Egress", fn.Egress)
 	for _, k := range slices.Sorted(maps.Keys(fn.Env)) {
 		row("Env "+k, fn.Env[k])
 	}

@@ -55,6 +55,14 @@ type Config struct {
 	Pids int
 	// Sandbox confines instances; nil runs them as the server's user.
 	Sandbox *sandbox.Sandbox
+	// Egress filters the network of the instances of functions with public
+	// egress; nil where it cannot (EgressUnavailable says why), and then
+	// Deploy refuses them.
+	Egress            *sandbox.EgressFilter
+	EgressUnavailable string
+	// PublicEgress gives every function public egress, whatever its own
+	// setting; Start fails where that cannot be enforced.
+	PublicEgress bool
 }
 
 func (c *Config) defaults() {
@@ -87,6 +95,7 @@ type Executor struct {
 	nextID  atomic.Uint64
 	baseEnv []string
 	mem     *memoryLimiter
+	egress  *egressCgroups
 
 	// mu guards the maps; every invocation reads pools.
 	mu     sync.RWMutex
@@ -125,6 +134,12 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.baseEnv = baseEnv(e.cfg.Sandbox != nil)
 	e.mem = newMemoryLimiter(filepath.Base(dir), e.cfg.Pids)
 	e.log.Info("instance memory limits", "mechanism", e.mem.mode)
+	e.egress = newEgressCgroups(e.cfg.Egress, e.cfg.EgressUnavailable, e.mem, filepath.Base(dir))
+	if e.cfg.PublicEgress && e.egress.filter == nil {
+		e.mem.close()
+		os.RemoveAll(dir)
+		return fmt.Errorf("public egress for every instance is unavailable: %s", e.egress.unavailable)
+	}
 	// Instances outlive the start context; Stop cancels theirs.
 	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.wg.Go(e.reapLoop)
@@ -161,6 +176,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 		return fmt.Errorf("stopping instances: %w", ctx.Err())
 	}
 	e.mem.close()
+	e.egress.close()
 	return os.RemoveAll(e.dir)
 }
 
@@ -170,6 +186,12 @@ func key(ns, name string) string { return ns + "/" + name }
 func (e *Executor) Deploy(_ context.Context, t runtime.Target) error {
 	p, err := e.runtimes.Get(t.Runtime)
 	if err != nil {
+		return err
+	}
+	if e.cfg.PublicEgress {
+		t.Egress = runtime.EgressPublic
+	}
+	if err := e.egress.check(&t); err != nil {
 		return err
 	}
 	k := key(t.Namespace, t.Name)
@@ -254,6 +276,15 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 	if err != nil {
 		e.log.Error("an instance process could not be started", "namespace", t.Namespace, "function", t.Name, "error", err)
 		return nil, runtime.Errorf(runtime.ErrStart, "the instance process could not be started; the server log has the details", err)
+	}
+	if t.Egress == runtime.EgressPublic {
+		e.live.Add(1)
+		if err := e.egress.apply(pr, e.live.Done); err != nil {
+			e.live.Done()
+			pr.kill()
+			e.log.Error("filtering the network of an instance failed", "namespace", t.Namespace, "function", t.Name, "error", err)
+			return nil, fmt.Errorf("%w: its network filter (egress %q) could not be applied", runtime.ErrStart, t.Egress)
+		}
 	}
 	if err := pr.specialize(ctx, t, env, e.mem); err != nil {
 		pr.kill()

@@ -6,6 +6,7 @@
 package runtimefx
 
 import (
+	"fmt"
 	"log/slog"
 
 	"go.uber.org/fx"
@@ -21,12 +22,16 @@ import (
 
 // Config configures the runtime module.
 type Config struct {
-	// Executor configures the local executor; its Sandbox is set from
-	// Sandbox.
+	// Executor configures the local executor; its Sandbox and egress
+	// settings are set from Sandbox and Egress.
 	Executor local.Config
 	// Sandbox configures the sandbox of instances and dependency installs;
 	// its zero value is off.
 	Sandbox sandbox.Config
+	// Egress is the least restricted egress of every instance: public
+	// applies to every function and requires the egress filter at start;
+	// default (empty) all, where each function has its own.
+	Egress runtime.Egress
 }
 
 // Module is the runtime module.
@@ -43,20 +48,61 @@ var Module = fx.Module("runtime",
 	),
 )
 
-// newSandbox probes the sandbox and logs which protections are in force; it
-// fails when the sandbox is required and unavailable. A nil sandbox (off) is
-// a valid result.
-func newSandbox(c Config, log *slog.Logger) (*sandbox.Sandbox, error) {
+// newSandbox probes the sandbox and loads the egress filter, and logs which
+// protections are in force; it fails when the sandbox is required, or public
+// egress for every instance, and unavailable. A nil sandbox (off) is a valid
+// result.
+func newSandbox(lc fx.Lifecycle, c Config, log *slog.Logger) (*sandbox.Sandbox, egress, error) {
 	sb, reason, err := sandbox.New(c.Sandbox)
-	switch {
-	case err != nil:
-		return nil, err
-	case sb == nil:
-		log.Warn("instances and builds are not sandboxed: they run as the server's user", "reason", reason)
-	default:
-		log.Info("instances and builds are sandboxed", "protections", sb.Describe())
+	if err != nil {
+		return nil, egress{}, err
 	}
-	return sb, nil
+	eg := newEgress(sb)
+	if eg.filter != nil {
+		lc.Append(fx.StopHook(eg.filter.Close))
+	}
+	public := c.Egress == runtime.EgressPublic
+	var desc string
+	switch {
+	case public && eg.filter == nil:
+		return nil, egress{}, fmt.Errorf("public egress for every instance is required but unavailable: %s", eg.unavailable)
+	case public:
+		desc = "public for every function: " + eg.filter.Describe()
+	case eg.filter == nil:
+		desc = "all (public egress is unavailable: " + eg.unavailable + ")"
+	default:
+		desc = "all, or public where a function asks: " + eg.filter.Describe()
+	}
+	if sb == nil {
+		log.Warn("instances and builds are not sandboxed: they run as the server's user", "reason", reason, "egress", desc)
+	} else {
+		log.Info("instances and builds are sandboxed", "protections", sb.Describe(), "egress", desc)
+	}
+	return sb, eg, nil
+}
+
+// egress is the filter of public egress, or why there is none.
+type egress struct {
+	filter      *sandbox.EgressFilter
+	unavailable string
+}
+
+// newEgress loads the egress filter for the instances of sb, with the name
+// servers of /etc/resolv.conf. An unconfined instance gets none: it could
+// remove it.
+func newEgress(sb *sandbox.Sandbox) egress {
+	if sb == nil {
+		return egress{unavailable: "instances are not sandboxed, and could remove the filter"}
+	}
+	policy, err := sandbox.HostEgressPolicy("/etc/resolv.conf")
+	if err != nil {
+		return egress{unavailable: err.Error()}
+	}
+	f, err := sandbox.NewEgressFilter(policy)
+	if err != nil {
+		return egress{unavailable: err.Error()}
+	}
+	return egress{filter: f}
 }
 
 // newConfiner is the sandbox as the builders' runtime.Confiner: nil when it
@@ -68,8 +114,10 @@ func newConfiner(sb *sandbox.Sandbox) runtime.Confiner {
 	return sb
 }
 
-func newExecutor(lc fx.Lifecycle, c Config, reg *runtime.Registry, sb *sandbox.Sandbox, log *slog.Logger) runtime.Executor {
+func newExecutor(lc fx.Lifecycle, c Config, reg *runtime.Registry, sb *sandbox.Sandbox, eg egress, log *slog.Logger) runtime.Executor {
 	c.Executor.Sandbox = sb
+	c.Executor.Egress, c.Executor.EgressUnavailable = eg.filter, eg.unavailable
+	c.Executor.PublicEgress = c.Egress == runtime.EgressPublic
 	e := local.New(c.Executor, reg, log)
 	lc.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
 	return e

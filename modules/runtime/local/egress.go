@@ -1,0 +1,105 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
+)
+
+// egressCgroups apply the egress filter to the instances of functions with
+// public egress: at specialize time, the filter is attached to a cgroup v2
+// of the instance's own, which is its memory cgroup on a cgroup v2 machine,
+// or one made for it on the v2 hierarchy of a hybrid machine (whose memory
+// cgroups are v1). The attachment is undone, and a made cgroup removed,
+// when the process has exited.
+type egressCgroups struct {
+	filter *sandbox.EgressFilter
+	// unavailable says why public egress cannot be enforced; set when
+	// filter is nil.
+	unavailable string
+	// parent holds the made cgroups; empty where memory cgroups are v2.
+	parent string
+}
+
+// newEgressCgroups finds where the instances' v2 cgroups are, removing the
+// made cgroups of servers that died without stopping.
+func newEgressCgroups(filter *sandbox.EgressFilter, unavailable string, mem *memoryLimiter, name string) *egressCgroups {
+	switch {
+	case filter == nil:
+		return &egressCgroups{unavailable: unavailable}
+	case mem.v2:
+		return &egressCgroups{filter: filter}
+	}
+	dir, err := sandbox.CgroupV2Dir()
+	if err != nil {
+		return &egressCgroups{unavailable: "it needs a cgroup v2 hierarchy: " + err.Error()}
+	}
+	removeStale(dir)
+	parent := filepath.Join(dir, fmt.Sprintf("%s%d-%s", parentPrefix, os.Getpid(), name))
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return &egressCgroups{unavailable: "it needs a writable cgroup v2 hierarchy: " + err.Error()}
+	}
+	return &egressCgroups{filter: filter, parent: parent}
+}
+
+// check refuses a target whose public egress cannot be enforced.
+func (g *egressCgroups) check(t *runtime.Target) error {
+	if t.Egress == runtime.EgressPublic && g.filter == nil {
+		return fmt.Errorf("%w: egress %q is not available on this server: %s", runtime.ErrUnsupported, runtime.EgressPublic, g.unavailable)
+	}
+	return nil
+}
+
+// apply attaches the filter to the cgroup of pr, which has not run function
+// code yet. cleanup runs once the process has exited and the filter is
+// gone.
+func (g *egressCgroups) apply(pr *process, cleanup func()) error {
+	var made *memCgroup
+	dir := ""
+	switch {
+	case g.parent != "":
+		made = &memCgroup{dir: filepath.Join(g.parent, strconv.Itoa(pr.cmd.Process.Pid)), v2: true}
+		dir = made.dir
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("creating the network cgroup of the instance: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pr.cmd.Process.Pid)), 0o644); err != nil {
+			made.remove()
+			return fmt.Errorf("moving the instance into its network cgroup: %w", err)
+		}
+	case pr.cgroup != nil && pr.cgroup.v2 && pr.cgroup.dir != "":
+		dir = pr.cgroup.dir
+	default:
+		return errors.New("the instance has no cgroup v2 to filter its network")
+	}
+	detach, err := g.filter.Attach(dir)
+	if err != nil {
+		if made != nil {
+			made.killAll()
+			made.remove()
+		}
+		return err
+	}
+	go func() {
+		<-pr.done
+		if made != nil {
+			made.killAll()
+			made.remove()
+		}
+		detach()
+		cleanup()
+	}()
+	return nil
+}
+
+// close removes the parent of the made cgroups.
+func (g *egressCgroups) close() {
+	if g.parent != "" {
+		os.Remove(g.parent)
+	}
+}
