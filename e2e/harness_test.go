@@ -225,6 +225,7 @@ type function struct {
 	Runtime    string            `json:"runtime"`
 	Env        map[string]string `json:"env"`
 	CodeSHA256 string            `json:"code_sha256"`
+	Egress     string            `json:"egress"`
 	Generation int64             `json:"generation"`
 	Status     struct {
 		Phase              string `json:"phase"`
