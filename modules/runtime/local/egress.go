@@ -17,6 +17,12 @@ import (
 // or one made for it on the v2 hierarchy of a hybrid machine (whose memory
 // cgroups are v1). The attachment is undone, and a made cgroup removed,
 // when the process has exited.
+//
+// The filter stays attached to an empty cgroup beside the instances' for the
+// executor's life: the kernel switches a kind of hook on when its first
+// program is attached anywhere and off when its last goes, which takes
+// about 30 ms each time; with the hooks kept on, attaching to an instance
+// takes about 0.3 ms.
 type egressCgroups struct {
 	filter *sandbox.EgressFilter
 	// unavailable says why public egress cannot be enforced; set when
@@ -24,27 +30,42 @@ type egressCgroups struct {
 	unavailable string
 	// parent holds the made cgroups; empty where memory cgroups are v2.
 	parent string
+	// keeper is the empty cgroup that keeps the hooks on; unkeep detaches
+	// it.
+	keeper string
+	unkeep func()
 }
 
 // newEgressCgroups finds where the instances' v2 cgroups are, removing the
 // made cgroups of servers that died without stopping.
 func newEgressCgroups(filter *sandbox.EgressFilter, unavailable string, mem *memoryLimiter, name string) *egressCgroups {
-	switch {
-	case filter == nil:
+	if filter == nil {
 		return &egressCgroups{unavailable: unavailable}
-	case mem.v2:
-		return &egressCgroups{filter: filter}
 	}
-	dir, err := sandbox.CgroupV2Dir()
+	g := &egressCgroups{filter: filter}
+	base := mem.parent
+	if !mem.v2 {
+		dir, err := sandbox.CgroupV2Dir()
+		if err != nil {
+			return &egressCgroups{unavailable: "it needs a cgroup v2 hierarchy: " + err.Error()}
+		}
+		removeStale(dir)
+		g.parent = filepath.Join(dir, fmt.Sprintf("%s%d-%s", parentPrefix, os.Getpid(), name))
+		if err := os.Mkdir(g.parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return &egressCgroups{unavailable: "it needs a writable cgroup v2 hierarchy: " + err.Error()}
+		}
+		base = g.parent
+	}
+	g.keeper = filepath.Join(base, "egress-hooks")
+	err := os.Mkdir(g.keeper, 0o755)
+	if err == nil {
+		g.unkeep, err = filter.Attach(g.keeper)
+	}
 	if err != nil {
-		return &egressCgroups{unavailable: "it needs a cgroup v2 hierarchy: " + err.Error()}
+		g.close()
+		return &egressCgroups{unavailable: "the network filter cannot be attached to cgroups: " + err.Error()}
 	}
-	removeStale(dir)
-	parent := filepath.Join(dir, fmt.Sprintf("%s%d-%s", parentPrefix, os.Getpid(), name))
-	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return &egressCgroups{unavailable: "it needs a writable cgroup v2 hierarchy: " + err.Error()}
-	}
-	return &egressCgroups{filter: filter, parent: parent}
+	return g
 }
 
 // check refuses a target whose public egress cannot be enforced.
@@ -97,9 +118,15 @@ func (g *egressCgroups) apply(pr *process, cleanup func()) error {
 	return nil
 }
 
-// close removes the parent of the made cgroups.
+// close detaches the keeper and removes it and the parent of the made
+// cgroups.
 func (g *egressCgroups) close() {
-	if g.parent != "" {
-		os.Remove(g.parent)
+	if g.unkeep != nil {
+		g.unkeep()
+	}
+	for _, dir := range []string{g.keeper, g.parent} {
+		if dir != "" {
+			os.Remove(dir)
+		}
 	}
 }

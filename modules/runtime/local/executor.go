@@ -175,8 +175,9 @@ func (e *Executor) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("stopping instances: %w", ctx.Err())
 	}
-	e.mem.close()
+	// The egress keeper may be a child of the memory cgroups' parent.
 	e.egress.close()
+	e.mem.close()
 	return os.RemoveAll(e.dir)
 }
 
