@@ -55,22 +55,7 @@ func TestForFamily(t *testing.T) {
 // was in. It reports both connects' ns, their difference, and the
 // program's own run time from the kernel's BPF statistics.
 func BenchmarkEgressConnect(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("loading cgroup BPF programs needs root")
-	}
-	policy, err := HostEgressPolicy("/etc/resolv.conf")
-	if err != nil {
-		b.Fatal(err)
-	}
-	f, err := NewEgressFilter(policy)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	home, err := CgroupV2Dir()
-	if err != nil {
-		b.Skip(err)
-	}
+	f, home := benchFilter(b)
 	dir := filepath.Join(home, fmt.Sprintf("sless-egress-bench-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		b.Fatal(err)
@@ -148,4 +133,61 @@ func BenchmarkEgressConnect(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchFilter returns the host's filter, closed when b ends, and the cgroup
+// v2 directory of the benchmark, or skips b where there are none.
+func benchFilter(b *testing.B) (*EgressFilter, string) {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Skip("loading cgroup BPF programs needs root")
+	}
+	policy, err := HostEgressPolicy("/etc/resolv.conf")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := NewEgressFilter(policy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(f.Close)
+	home, err := CgroupV2Dir()
+	if err != nil {
+		b.Skip(err)
+	}
+	return f, home
+}
+
+// BenchmarkEgressAttach measures what applying the filter adds to a cold
+// start: attaching every hook to a cgroup and detaching them, as the only
+// attachment of the filter (the kernel switches its hooks on and off each
+// time) and beside another one (as the executor runs it, with the filter
+// attached to an empty cgroup for its life).
+func BenchmarkEgressAttach(b *testing.B) {
+	filter, home := benchFilter(b)
+	mkdir := func(name string) string {
+		dir := filepath.Join(home, fmt.Sprintf("sless-egress-bench-%s-%d", name, os.Getpid()))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.Remove(dir) })
+		return dir
+	}
+	dir := mkdir("instance")
+	attach := func(b *testing.B) {
+		for range b.N {
+			detach, err := filter.Attach(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			detach()
+		}
+	}
+	b.Run("alone", attach)
+	detach, err := filter.Attach(mkdir("keeper"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer detach()
+	b.Run("beside-another", attach)
 }
