@@ -23,7 +23,7 @@ var (
 
 // ErrUnsupported is returned (wrapped) by Executor.Deploy when the executor
 // cannot run the target as specified (public egress where it cannot be
-// enforced); the message says why, in the user's terms. The target is not
+// enforced); its *Error's Public message says why. The target is not
 // deployed.
 var ErrUnsupported = errors.New("this server cannot run the function as specified")
 

@@ -71,7 +71,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controll
 			if err := r.executor.Undeploy(ctx, key.Namespace, key.Name); err != nil {
 				return controller.Result{}, err
 			}
-			st.Phase, st.Message = functions.PhaseFailed, err.Error()
+			st.Phase, st.Message = functions.PhaseFailed, runtime.ErrUnsupported.Error()+": "+runtime.PublicMessage(err, "the server log has the details")
 		case err != nil:
 			return controller.Result{}, fmt.Errorf("deploying %s: %w", key, err)
 		case st.Phase == functions.PhaseFailed && strings.HasPrefix(st.Message, runtime.ErrUnsupported.Error()):

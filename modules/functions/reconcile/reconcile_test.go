@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -304,10 +303,10 @@ func TestUnsupportedTargetFailsAndIsNotServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconcileAndGet(t, store, r, key)
-	executor.refuse = fmt.Errorf("%w: egress \"public\" is not available", runtime.ErrUnsupported)
+	executor.refuse = runtime.Errorf(runtime.ErrUnsupported, `egress "public" is not available`, errors.New("a detail for the log"))
 	fn := reconcileAndGet(t, store, r, key)
 	if _, ok := executor.get(key); ok || fn.Status.Phase != functions.PhaseFailed ||
-		!strings.Contains(fn.Status.Message, `egress "public" is not available`) {
+		fn.Status.Message != `this server cannot run the function as specified: egress "public" is not available` {
 		t.Errorf("refused: phase %s %q, deployed %v; want Failed with the reason, not deployed", fn.Status.Phase, fn.Status.Message, ok)
 	}
 	executor.refuse = nil

@@ -71,7 +71,7 @@ func newEgressCgroups(filter *sandbox.EgressFilter, unavailable string, mem *mem
 // check refuses a target whose public egress cannot be enforced.
 func (g *egressCgroups) check(t *runtime.Target) error {
 	if t.Egress == runtime.EgressPublic && g.filter == nil {
-		return fmt.Errorf("%w: egress %q is not available on this server: %s", runtime.ErrUnsupported, runtime.EgressPublic, g.unavailable)
+		return runtime.Errorf(runtime.ErrUnsupported, fmt.Sprintf("egress %q is not available on this server: %s", runtime.EgressPublic, g.unavailable), nil)
 	}
 	return nil
 }

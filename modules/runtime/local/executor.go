@@ -283,8 +283,7 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 		if err := e.egress.apply(pr, e.live.Done); err != nil {
 			e.live.Done()
 			pr.kill()
-			e.log.Error("filtering the network of an instance failed", "namespace", t.Namespace, "function", t.Name, "error", err)
-			return nil, fmt.Errorf("%w: its network filter (egress %q) could not be applied", runtime.ErrStart, t.Egress)
+			return nil, runtime.Errorf(runtime.ErrStart, "the instance's network filter (egress \"public\") could not be applied; the server log has the details", err)
 		}
 	}
 	if err := pr.specialize(ctx, t, env, e.mem); err != nil {
