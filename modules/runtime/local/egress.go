@@ -123,6 +123,7 @@ func (g *egressCgroups) apply(pr *process, cleanup func()) error {
 func (g *egressCgroups) close() {
 	if g.unkeep != nil {
 		g.unkeep()
+		g.unkeep = nil
 	}
 	for _, dir := range []string{g.keeper, g.parent} {
 		if dir != "" {
