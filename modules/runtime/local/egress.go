@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,22 +38,27 @@ type egressCgroups struct {
 }
 
 // newEgressCgroups finds where the instances' v2 cgroups are, removing the
-// made cgroups of servers that died without stopping.
-func newEgressCgroups(filter *sandbox.EgressFilter, unavailable string, mem *memoryLimiter, name string) *egressCgroups {
+// made cgroups of servers that died without stopping. Without a place, it
+// logs why and public egress is unavailable.
+func newEgressCgroups(filter *sandbox.EgressFilter, unavailable string, mem *memoryLimiter, name string, log *slog.Logger) *egressCgroups {
 	if filter == nil {
 		return &egressCgroups{unavailable: unavailable}
+	}
+	fail := func(why string, err error) *egressCgroups {
+		log.Warn("public egress is unavailable", "reason", why, "error", err)
+		return &egressCgroups{unavailable: why}
 	}
 	g := &egressCgroups{filter: filter}
 	base := mem.parent
 	if !mem.v2 {
 		dir, err := sandbox.CgroupV2Dir()
 		if err != nil {
-			return &egressCgroups{unavailable: "it needs a cgroup v2 hierarchy: " + err.Error()}
+			return fail("it needs a cgroup v2 hierarchy", err)
 		}
 		removeStale(dir)
 		g.parent = filepath.Join(dir, fmt.Sprintf("%s%d-%s", parentPrefix, os.Getpid(), name))
 		if err := os.Mkdir(g.parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return &egressCgroups{unavailable: "it needs a writable cgroup v2 hierarchy: " + err.Error()}
+			return fail("it needs a writable cgroup v2 hierarchy", err)
 		}
 		base = g.parent
 	}
@@ -63,7 +69,7 @@ func newEgressCgroups(filter *sandbox.EgressFilter, unavailable string, mem *mem
 	}
 	if err != nil {
 		g.close()
-		return &egressCgroups{unavailable: "the network filter cannot be attached to cgroups: " + err.Error()}
+		return fail("the network filter cannot be attached to the instances' cgroups", err)
 	}
 	return g
 }

@@ -134,7 +134,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.baseEnv = baseEnv(e.cfg.Sandbox != nil)
 	e.mem = newMemoryLimiter(filepath.Base(dir), e.cfg.Pids)
 	e.log.Info("instance memory limits", "mechanism", e.mem.mode)
-	e.egress = newEgressCgroups(e.cfg.Egress, e.cfg.EgressUnavailable, e.mem, filepath.Base(dir))
+	e.egress = newEgressCgroups(e.cfg.Egress, e.cfg.EgressUnavailable, e.mem, filepath.Base(dir), e.log)
 	if e.cfg.PublicEgress && e.egress.filter == nil {
 		e.mem.close()
 		os.RemoveAll(dir)

@@ -6,6 +6,7 @@
 package runtimefx
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -73,18 +74,25 @@ func newSandbox(lc fx.Lifecycle, c Config, log *slog.Logger) (*sandbox.Sandbox, 
 	default:
 		desc = "all, or public where a function asks: " + eg.filter.Describe()
 	}
+	attrs := []any{"egress", desc}
+	if eg.cause != nil {
+		attrs = append(attrs, "egress_error", eg.cause)
+	}
 	if sb == nil {
-		log.Warn("instances and builds are not sandboxed: they run as the server's user", "reason", reason, "egress", desc)
+		log.Warn("instances and builds are not sandboxed: they run as the server's user", append([]any{"reason", reason}, attrs...)...)
 	} else {
-		log.Info("instances and builds are sandboxed", "protections", sb.Describe(), "egress", desc)
+		log.Info("instances and builds are sandboxed", append([]any{"protections", sb.Describe()}, attrs...)...)
 	}
 	return sb, eg, nil
 }
 
-// egress is the filter of public egress, or why there is none.
+// egress is the filter of public egress, or why there is none: unavailable
+// in the users' terms (it reaches the status of functions that ask for
+// public egress), cause for the log.
 type egress struct {
 	filter      *sandbox.EgressFilter
 	unavailable string
+	cause       error
 }
 
 // newEgress loads the egress filter for the instances of sb, with the name
@@ -96,11 +104,14 @@ func newEgress(sb *sandbox.Sandbox) egress {
 	}
 	policy, err := sandbox.HostEgressPolicy("/etc/resolv.conf")
 	if err != nil {
-		return egress{unavailable: err.Error()}
+		return egress{unavailable: "the host's addresses and name servers could not be read", cause: err}
 	}
 	f, err := sandbox.NewEgressFilter(policy)
-	if err != nil {
+	switch {
+	case errors.Is(err, sandbox.ErrEgressNeedsRoot):
 		return egress{unavailable: err.Error()}
+	case err != nil:
+		return egress{unavailable: "the kernel does not run the network filter (cgroup BPF programs)", cause: err}
 	}
 	return egress{filter: f}
 }

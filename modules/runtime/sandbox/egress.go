@@ -150,12 +150,16 @@ type hook struct {
 	prog   *ebpf.Program
 }
 
-// NewEgressFilter loads the programs of policy. It fails when the server
-// may not load them (it needs root) or the kernel lacks the hooks; the
-// error says which.
+// ErrEgressNeedsRoot is NewEgressFilter's error in a server that does not
+// run as root.
+var ErrEgressNeedsRoot = errors.New("the server does not run as root (needed to load cgroup BPF programs)")
+
+// NewEgressFilter loads the programs of policy. It fails with
+// ErrEgressNeedsRoot, or when the kernel lacks the hooks or refuses a
+// program.
 func NewEgressFilter(policy EgressPolicy) (*EgressFilter, error) {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("the server does not run as root (needed to load cgroup BPF programs)")
+		return nil, ErrEgressNeedsRoot
 	}
 	f := &EgressFilter{policy: policy}
 	inet4, inet6 := inetProgram(policy, false), inetProgram(policy, true)
@@ -196,7 +200,7 @@ func (f *EgressFilter) load(s *ebpf.ProgramSpec) error {
 func (f *EgressFilter) Describe() string {
 	unix := "abstract unix sockets refused"
 	if !f.unix {
-		unix = "abstract unix sockets not refused (the kernel has no unix socket hooks: 6.7 or later needed)"
+		unix = "abstract unix sockets not refused (the kernel lacks the unix socket hooks of 6.7 or its BTF)"
 	}
 	return f.policy.Describe() + ", only TCP and UDP sockets, " + unix
 }
