@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -19,9 +20,9 @@ import (
 )
 
 // DeniedPrefixes are the IPv4 and IPv6 ranges that public egress
-// (runtime.EgressPublic) denies:
-// what reaches the host itself, a private or link-local network (where cloud
-// metadata services answer), or no single host at all. IPv4 ranges are denied
+// (runtime.EgressPublic) denies: what reaches the host itself, a private or
+// link-local network (where cloud metadata services answer), or no single
+// host at all. IPv4 ranges are denied
 // in their IPv4-mapped (::ffff:0:0/96), NAT64 (64:ff9b::/96) and 6to4
 // (2002::/16) forms too. The documentation ranges (192.0.2.0/24,
 // 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32) are not denied: they are
@@ -80,7 +81,7 @@ type EgressPolicy struct {
 // port 53. Both are read once: an address the host gains later is not
 // denied.
 func HostEgressPolicy(resolvConf string) (EgressPolicy, error) {
-	p := EgressPolicy{Deny: DeniedPrefixes}
+	p := EgressPolicy{Deny: slices.Clone(DeniedPrefixes)}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return p, fmt.Errorf("listing the host's addresses: %w", err)
@@ -309,12 +310,9 @@ func (b *builder) match(words []asm.Register, p netip.Prefix, portReg asm.Regist
 			b.emit(asm.Mov.Reg32(asm.R8, reg), asm.And.Imm32(asm.R8, m))
 			reg = asm.R8
 		}
-		switch {
-		case port != 0:
+		if port != 0 || i < n-1 {
 			b.emit(asm.JNE.Imm32(reg, v, next))
-		case i < n-1:
-			b.emit(asm.JNE.Imm32(reg, v, next))
-		default:
+		} else {
 			b.emit(asm.JEq.Imm32(reg, v, label))
 		}
 	}
@@ -419,8 +417,10 @@ func unixProgram() (asm.Instructions, error) {
 	for _, m := range kern.Members {
 		off[m.Name] = int16(m.Offset.Bytes())
 	}
-	if _, ok := off["uaddrlen"]; !ok {
-		return nil, errors.New("the kernel's bpf_sock_addr_kern has no uaddrlen")
+	for _, name := range []string{"uaddr", "uaddrlen"} {
+		if _, ok := off[name]; !ok {
+			return nil, fmt.Errorf("the kernel's bpf_sock_addr_kern has no %s", name)
+		}
 	}
 	// offsetof(struct sockaddr_un, sun_path) on Linux.
 	const sunPath = 2
