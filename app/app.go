@@ -51,11 +51,8 @@ func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.
 		fx.Supply(
 			server.Config{Listen: c.Listen, DataDir: c.DataDir},
 			storagefx.Config{DatabaseURL: c.DatabaseURL},
-			buildfx.Config{ArtifactDir: artifactDir(c), Limits: c.BuildLimits},
-			functionsfx.Config{
-				BuildTimeout: c.BuildTimeout, UploadLimits: c.BuildLimits,
-				UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4,
-			},
+			buildfx.Config{ArtifactDir: artifactDir(c), Limits: c.BuildLimits, Timeout: c.BuildTimeout},
+			functionsfx.Config{UploadLimits: c.BuildLimits, UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4},
 			runtimefx.Config{
 				Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth, Pids: c.InstancePids},
 				Sandbox:  sandboxConfig(c),

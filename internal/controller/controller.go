@@ -1,6 +1,6 @@
-// Package controller drives level-based reconcile functions from a work queue
-// in the embedded mode, the way controller-runtime drives them from watches in
-// the cluster mode: keys are deduplicated, one key is never reconciled by two
+// Package controller drives level-based reconcile functions (reconciler.Func)
+// from a work queue in the embedded mode, the way controller-runtime drives
+// them from watches in the cluster mode: keys are deduplicated, one key is never reconciled by two
 // workers at once, failures are retried with backoff, and every key is
 // reconciled once after start so that work interrupted by a crash resumes.
 package controller
@@ -13,23 +13,14 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
+
+	"sless.kube5s.ru/sless/modules/reconciler"
 )
-
-// Result tells the controller when to reconcile a key again.
-type Result struct {
-	// RequeueAfter, when positive, reconciles the key again after it.
-	RequeueAfter time.Duration
-}
-
-// ReconcileFunc brings one key's observed state to its desired state. It is
-// level-based: it reads everything it needs and may be called any number of
-// times. A returned error is logged and retried with backoff.
-type ReconcileFunc[K comparable] func(ctx context.Context, key K) (Result, error)
 
 // Controller runs a ReconcileFunc from a work queue.
 type Controller[K comparable] struct {
 	name      string
-	reconcile ReconcileFunc[K]
+	reconcile reconciler.Func[K]
 	list      func(ctx context.Context) ([]K, error)
 	workers   int
 	log       *slog.Logger
@@ -41,7 +32,7 @@ type Controller[K comparable] struct {
 
 // New returns a stopped controller. list returns every key, for the resync at
 // start.
-func New[K comparable](name string, reconcile ReconcileFunc[K], list func(context.Context) ([]K, error), workers int, log *slog.Logger) *Controller[K] {
+func New[K comparable](name string, reconcile reconciler.Func[K], list func(context.Context) ([]K, error), workers int, log *slog.Logger) *Controller[K] {
 	return &Controller[K]{
 		name:      name,
 		reconcile: reconcile,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/internal/controller"
+	"sless.kube5s.ru/sless/modules/reconciler"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -26,7 +27,7 @@ func newRecorder() *recorder {
 	return &recorder{counts: map[string]int{}, calls: make(chan string, 100), fail: map[string]int{}}
 }
 
-func (r *recorder) reconcile(ctx context.Context, key string) (controller.Result, error) {
+func (r *recorder) reconcile(ctx context.Context, key string) (reconciler.Result, error) {
 	r.mu.Lock()
 	r.counts[key]++
 	fail := r.fail[key] > 0
@@ -36,9 +37,9 @@ func (r *recorder) reconcile(ctx context.Context, key string) (controller.Result
 	r.mu.Unlock()
 	r.calls <- key
 	if fail {
-		return controller.Result{}, errors.New("transient")
+		return reconciler.Result{}, errors.New("transient")
 	}
-	return controller.Result{}, nil
+	return reconciler.Result{}, nil
 }
 
 func waitCalls(t *testing.T, r *recorder, n int) {
@@ -78,7 +79,7 @@ func TestKeysAreDeduplicatedAndNeverReconciledTwiceAtOnce(t *testing.T) {
 	)
 	entered := make(chan struct{}, 10)
 	release := make(chan struct{})
-	rec := func(ctx context.Context, key string) (controller.Result, error) {
+	rec := func(ctx context.Context, key string) (reconciler.Result, error) {
 		mu.Lock()
 		overlap = overlap || running
 		running = true
@@ -89,7 +90,7 @@ func TestKeysAreDeduplicatedAndNeverReconciledTwiceAtOnce(t *testing.T) {
 		mu.Lock()
 		running = false
 		mu.Unlock()
-		return controller.Result{}, nil
+		return reconciler.Result{}, nil
 	}
 	c := controller.New("test", rec, func(context.Context) ([]string, error) { return nil, nil }, 4, discard)
 	// Enqueued before start: 50 adds of one key are one reconcile.
@@ -124,10 +125,10 @@ func TestKeysAreDeduplicatedAndNeverReconciledTwiceAtOnce(t *testing.T) {
 
 func TestStopCancelsReconciles(t *testing.T) {
 	started := make(chan struct{})
-	block := func(ctx context.Context, _ string) (controller.Result, error) {
+	block := func(ctx context.Context, _ string) (reconciler.Result, error) {
 		close(started)
 		<-ctx.Done()
-		return controller.Result{}, ctx.Err()
+		return reconciler.Result{}, ctx.Err()
 	}
 	c := controller.New("test", block, func(context.Context) ([]string, error) { return []string{"x"}, nil }, 1, discard)
 	if err := c.Start(context.Background()); err != nil {

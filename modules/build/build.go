@@ -55,28 +55,56 @@ type Result struct {
 // LogLimit caps Result.Log and Error.Log.
 const LogLimit = 64 << 10
 
-// Builder builds artifacts.
-//
-// Build blocks until the artifact exists or the build failed, honouring ctx.
-// It is idempotent: a request whose artifact exists returns it with Reused
-// set, and concurrent requests for the same artifact build it once.
-// Implementations are safe for concurrent use.
+// Builder builds artifacts in the background: no caller ever waits for a
+// build, so that a build of any length holds no reconcile worker. A build
+// belongs to one function (Request.Namespace and Function): a function has
+// at most one build at a time. Implementations are safe for concurrent use.
 type Builder interface {
-	Build(ctx context.Context, req Request) (Result, error)
+	// Build reports the function's build of req, starting it unless one of
+	// req.Key() runs or has ended: a build of another key for the function
+	// is cancelled first, and its result is never reported. Build never
+	// waits for the build. While it runs, the Progress is not Done; once it
+	// ended, Build reports it Done with its Result or its failure (a *Error
+	// when the code is at fault), and may then forget it, so that asking
+	// again may build again (cheaply: Result.Reused).
+	//
+	// notify, when not nil, is called once, on another goroutine, when the
+	// build ends, so that the caller reads the result then instead of
+	// polling; it replaces the notify of earlier calls for the function. A
+	// builder whose builds end elsewhere may not notify; callers also poll.
+	//
+	// err is a failure to start or to check the build (the caller retries),
+	// never the build's own failure.
+	Build(ctx context.Context, req Request, notify func()) (Progress, error)
+	// Cancel stops the function's build, if any, and forgets it. Cancelling
+	// a function without a build does nothing.
+	Cancel(ctx context.Context, namespace, function string) error
+}
+
+// Progress is the state of one build.
+type Progress struct {
+	// Done reports that the build ended, with Result or Err.
+	Done bool
+	// Result is the successful build's.
+	Result Result
+	// Err is why the build failed: a *Error for the code's fault, anything
+	// else for the server's.
+	Err error
 }
 
 // Pruner is implemented by builders whose artifacts can be listed and
 // removed, so that the artifacts no function uses stop taking space. Removing
 // one costs a rebuild if its code is deployed again; it never loses code.
 // Its methods are safe to call while builds run: such a builder records when
-// Build last returned each artifact.
+// a build last produced or reused each artifact.
 type Pruner interface {
 	// Artifacts returns every artifact the builder keeps, in the form
 	// Result.Artifact has, so that they compare with what functions record.
 	Artifacts(ctx context.Context) ([]string, error)
-	// RemoveUnused removes artifact unless a Build returned it at or after
-	// since, the time the caller first saw no function use it: such a Build's
-	// caller may be about to use it. It reports whether it removed it.
+	// RemoveUnused removes artifact unless a build produced or reused it at
+	// or after since, the time the caller first saw no function use it: that
+	// build's function may be about to use it. It reports whether it removed
+	// it.
 	RemoveUnused(ctx context.Context, artifact string, since time.Time) (bool, error)
 }
 

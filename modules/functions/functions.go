@@ -54,7 +54,10 @@ type Spec struct {
 	Egress string `json:"egress,omitempty"`
 }
 
-// Status is the observed state, written by the reconciler only.
+// Status is the observed state, written by the reconciler only. All of it is
+// serialised, so that it survives a round trip through any store (a row, a
+// custom resource's status); the REST API leaves the reconciler's
+// bookkeeping out (see Function.Public).
 type Status struct {
 	Phase   Phase  `json:"phase"`
 	Message string `json:"message,omitempty"`
@@ -64,14 +67,112 @@ type Status struct {
 	BuildLog string `json:"build_log,omitempty"`
 	// ObservedGeneration is the generation this status describes.
 	ObservedGeneration int64 `json:"observed_generation"`
-	// UpdatedAt is when the status last changed.
+	// UpdatedAt is when the phase or message last changed.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// Conditions detail the phase: BuildSucceeded and Ready, one of each
+	// once the function was reconciled.
+	Conditions []Condition `json:"conditions,omitempty"`
 
-	// Artifact is the builder's reference of the serving artifact. Internal.
-	Artifact string `json:"-"`
-	// BuildKey is the key of the last build attempted. Internal: a Failed
-	// function with an unchanged key and generation is not rebuilt.
-	BuildKey string `json:"-"`
+	// Artifact is the builder's reference of the serving artifact (a
+	// directory of the server in the embedded mode). Bookkeeping.
+	Artifact string `json:"artifact,omitempty"`
+	// ArtifactRuntime and ArtifactHandler are the runtime and handler
+	// Artifact was built and checked for: the function serves with them, not
+	// with a newer spec's, until a build for the newer spec succeeds.
+	// Bookkeeping.
+	ArtifactRuntime string `json:"artifact_runtime,omitempty"`
+	ArtifactHandler string `json:"artifact_handler,omitempty"`
+	// BuildKey is the key of the build running or last finished; with the
+	// BuildSucceeded condition it is the build's state machine, so that the
+	// same code is never built twice. Bookkeeping.
+	BuildKey string `json:"build_key,omitempty"`
+}
+
+// Condition types of a function's status.
+const (
+	// ConditionBuildSucceeded: True once the current code (with the current
+	// runtime and handler) is built, False when its build failed, Unknown
+	// while it builds or before code is uploaded.
+	ConditionBuildSucceeded = "BuildSucceeded"
+	// ConditionReady is the roll-up: True when the current spec and code
+	// serve invocations (phase Ready), False when they cannot until the
+	// user changes something, Unknown while the reconciler works on it.
+	ConditionReady = "Ready"
+)
+
+// ConditionStatus is True, False or Unknown.
+type ConditionStatus string
+
+// Condition statuses.
+const (
+	ConditionTrue    ConditionStatus = "True"
+	ConditionFalse   ConditionStatus = "False"
+	ConditionUnknown ConditionStatus = "Unknown"
+)
+
+// Reasons of the conditions: one CamelCase word each, stable for clients.
+const (
+	// ReasonNoCode: no code was uploaded yet.
+	ReasonNoCode = "NoCode"
+	// ReasonBuilding: the build of the current code runs (or waits to run).
+	ReasonBuilding = "Building"
+	// ReasonBuilt: the current code is built (BuildSucceeded True).
+	ReasonBuilt = "Built"
+	// ReasonBuildFailed: the build failed because of the code or its
+	// dependencies; the message and the build log say why.
+	ReasonBuildFailed = "BuildFailed"
+	// ReasonBuildError: the build failed because of the server; its log has
+	// the details.
+	ReasonBuildError = "BuildError"
+	// ReasonDeploying: the build is done and its instances are not serving
+	// yet.
+	ReasonDeploying = "Deploying"
+	// ReasonServing: the current spec and code serve (Ready True).
+	ReasonServing = "Serving"
+	// ReasonUnsupported: the executor cannot run the function as its spec
+	// asks on this server (public egress without the kernel's support).
+	ReasonUnsupported = "Unsupported"
+)
+
+// Condition is one aspect of a function's state, the way a Kubernetes
+// status condition (metav1.Condition) describes it.
+type Condition struct {
+	// Type is ConditionBuildSucceeded or ConditionReady.
+	Type   string          `json:"type"`
+	Status ConditionStatus `json:"status"`
+	// Reason is one of the Reason constants.
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+	// ObservedGeneration is the generation the condition was set for.
+	ObservedGeneration int64 `json:"observed_generation"`
+	// LastTransitionTime is when Status last changed.
+	LastTransitionTime time.Time `json:"last_transition_time,omitzero"`
+}
+
+// Condition returns the condition of type t, or nil.
+func (s *Status) Condition(t string) *Condition {
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == t {
+			return &s.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// SetCondition sets c in s, replacing the condition of its type, with the
+// LastTransitionTime of the old one unless the Status changed (then now).
+func (s *Status) SetCondition(c Condition, now time.Time) {
+	old := s.Condition(c.Type)
+	if old == nil {
+		c.LastTransitionTime = now
+		s.Conditions = append(s.Conditions, c)
+		return
+	}
+	c.LastTransitionTime = old.LastTransitionTime
+	if old.Status != c.Status || c.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = now
+	}
+	*old = c
 }
 
 // Function is a function as the REST API shows it.
@@ -95,6 +196,15 @@ type Key struct {
 }
 
 func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// Public returns a copy of f as the REST API shows it: without the status'
+// bookkeeping, which is the reconciler's (an artifact is a path on the
+// server).
+func (f *Function) Public() *Function {
+	out := *f
+	out.Status.Artifact, out.Status.ArtifactRuntime, out.Status.ArtifactHandler, out.Status.BuildKey = "", "", "", ""
+	return &out
+}
 
 // Key returns the function's key.
 func (f *Function) Key() Key { return Key{f.Namespace, f.Name} }

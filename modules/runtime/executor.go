@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Errors of Executor.Acquire, returned wrapped.
+// Errors of Instances.Acquire, returned wrapped.
 var (
 	// ErrNotDeployed: the executor runs no version of the function.
 	ErrNotDeployed = errors.New("function is not deployed")
@@ -80,18 +80,39 @@ func ParseEgress(s string) (Egress, error) {
 	return "", fmt.Errorf("egress %q: want %s or %s", s, EgressAll, EgressPublic)
 }
 
-// Executor runs function instances: local processes in the embedded mode,
-// Deployments in the cluster mode. It is safe for concurrent use.
-type Executor interface {
-	// Deploy makes t the serving version of its function. It is idempotent
-	// and returns quickly: instances of an older version are drained in the
-	// background, MinInstances are started in the background. A target the
+// An executor runs function instances: local processes in the embedded
+// mode, Deployments in the cluster mode. It has two sides, which the cluster
+// mode runs in different places: the control plane's Deployer (the functions
+// reconciler's) and the data plane's Instances (/fn's, cron's and jobs').
+// Each mode implements both; implementations are safe for concurrent use.
+
+// Deployer is the control-plane side of an executor.
+type Deployer interface {
+	// Deploy makes t the serving version of its function and reports how
+	// far that got. It is idempotent and never waits for instances:
+	// instances of an older version are drained in the background,
+	// MinInstances are started in the background, and a rollout that is
+	// not serving yet is reported so, to be asked about again. A target the
 	// executor cannot run fails with ErrUnsupported.
-	Deploy(ctx context.Context, t Target) error
+	Deploy(ctx context.Context, t Target) (Rollout, error)
 	// Undeploy stops serving the function; in-flight invocations finish,
 	// waiting ones fail with ErrNotDeployed. Undeploying an unknown function
 	// is not an error.
 	Undeploy(ctx context.Context, namespace, name string) error
+}
+
+// Rollout is how far a Deploy got.
+type Rollout struct {
+	// Ready reports that the target's version serves invocations: they
+	// reach it (an instance may still have to start for them).
+	Ready bool
+	// Waiting says what the rollout waits for while not Ready, in the
+	// user's terms ("1 of 2 instances started").
+	Waiting string
+}
+
+// Instances is the data-plane side of an executor.
+type Instances interface {
 	// Acquire reserves capacity for one invocation of the function on an
 	// instance, starting one (a cold start) when needed and allowed, or
 	// waiting in a bounded queue. The caller must Release the lease.

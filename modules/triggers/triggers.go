@@ -210,7 +210,7 @@ type Runner interface {
 }
 
 // Warmer starts an instance of a function ahead of need and keeps one
-// until the invocation expected at until; runtime.Executor implements it.
+// until the invocation expected at until; runtime.Instances implements it.
 type Warmer interface {
 	Warm(ctx context.Context, namespace, function string, until time.Time) error
 }

@@ -3,6 +3,7 @@ package buildfx
 
 import (
 	"log/slog"
+	"time"
 
 	"go.uber.org/fx"
 
@@ -19,6 +20,8 @@ type Config struct {
 	ArtifactDir string
 	// Limits bound the archives the builder extracts.
 	Limits safezip.Limits
+	// Timeout bounds one build; default 10m.
+	Timeout time.Duration
 }
 
 // Module is the build module.
@@ -29,6 +32,11 @@ var Module = fx.Module("build",
 
 // newLocal returns the local builder, whose dependency installs run confined
 // by the runtime module's Confiner (nil when the sandbox is off).
-func newLocal(c Config, blobs storage.Blobs, runtimes *runtime.Registry, confine runtime.Confiner, log *slog.Logger) (build.Builder, error) {
-	return local.New(c.ArtifactDir, blobs, runtimes, c.Limits, confine, log)
+func newLocal(lc fx.Lifecycle, c Config, blobs storage.Blobs, runtimes *runtime.Registry, confine runtime.Confiner, log *slog.Logger) (build.Builder, error) {
+	b, err := local.New(local.Config{Dir: c.ArtifactDir, Limits: c.Limits, Timeout: c.Timeout}, blobs, runtimes, confine, log)
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{OnStart: b.Start, OnStop: b.Stop})
+	return b, nil
 }

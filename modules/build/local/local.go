@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"sless.kube5s.ru/sless/internal/keylock"
@@ -28,29 +29,74 @@ type Runtimes interface {
 	Get(name string) (runtime.Provider, error)
 }
 
+// Config configures the local builder.
+type Config struct {
+	// Dir holds the artifacts.
+	Dir string
+	// Limits bound the archives the builder extracts.
+	Limits safezip.Limits
+	// Timeout bounds one build. Default 10m.
+	Timeout time.Duration
+	// Installs is the most dependency installs that run at once; the builds
+	// beyond it wait for their turn (extracting code needs no turn). Default
+	// 4.
+	Installs int
+}
+
+func (c *Config) defaults() {
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Minute
+	}
+	if c.Installs <= 0 {
+		c.Installs = 4
+	}
+}
+
 // Builder implements build.Builder with directories under Dir:
 // Dir/<id> is the artifact of one (runtime, code) pair, where id is a hash of
 // both, so functions with the same code share it; Dir/.tmp-* are builds and
-// removals in progress.
+// removals in progress. Each build runs on a goroutine of its own, and its
+// result waits in memory until its function asks for it.
 type Builder struct {
-	dir      string
+	cfg      Config
 	blobs    storage.Blobs
 	runtimes Runtimes
-	limits   safezip.Limits
 	confine  runtime.Confiner
 	log      *slog.Logger
 	// locks serializes the builds of one artifact.
 	locks keylock.Map[string]
+	// installs holds a token per dependency install running.
+	installs chan struct{}
+
+	mu sync.Mutex
+	// jobs is the build of each function ("namespace/name").
+	jobs map[string]*job
+	// ctx is the parent of every build's context, cancelled by Stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
-// New returns a builder that keeps artifacts in dir, removing what builds
-// and removals interrupted by a crash left behind. Dependency installs run
-// confined by confine; nil runs them as the server's user.
-func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limits, confine runtime.Confiner, log *slog.Logger) (*Builder, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// job is one function's build.
+type job struct {
+	key    string // the request's Key
+	cancel context.CancelFunc
+	// done is closed when res and err are set.
+	done   chan struct{}
+	res    build.Result
+	err    error
+	notify func() // guarded by Builder.mu
+}
+
+// New returns a stopped builder that keeps artifacts in c.Dir, removing
+// what builds and removals interrupted by a crash left behind. Dependency
+// installs run confined by confine; nil runs them as the server's user.
+func New(c Config, blobs storage.Blobs, runtimes Runtimes, confine runtime.Confiner, log *slog.Logger) (*Builder, error) {
+	c.defaults()
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the artifact directory: %w", err)
 	}
-	stale, err := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+	stale, err := filepath.Glob(filepath.Join(c.Dir, ".tmp-*"))
 	if err != nil {
 		return nil, err
 	}
@@ -59,13 +105,100 @@ func New(dir string, blobs storage.Blobs, runtimes Runtimes, limits safezip.Limi
 			return nil, fmt.Errorf("removing an interrupted build: %w", err)
 		}
 	}
-	return &Builder{dir: filepath.Clean(dir), blobs: blobs, runtimes: runtimes, limits: limits, confine: confine, log: log}, nil
+	c.Dir = filepath.Clean(c.Dir)
+	return &Builder{cfg: c, blobs: blobs, runtimes: runtimes, confine: confine, log: log,
+		installs: make(chan struct{}, c.Installs), jobs: map[string]*job{}}, nil
+}
+
+// Start lets builds run; they outlive ctx, Stop cancels them.
+func (b *Builder) Start(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	return nil
+}
+
+// Stop cancels every build, forgetting it (a function that was building
+// builds again after the next start), and waits for them until ctx ends.
+func (b *Builder) Stop(ctx context.Context) error {
+	b.mu.Lock()
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.jobs = map[string]*job{}
+	b.mu.Unlock()
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping the builds: %w", ctx.Err())
+	}
 }
 
 var _ build.Builder = (*Builder)(nil)
 
 // Build implements build.Builder.
-func (b *Builder) Build(ctx context.Context, req build.Request) (build.Result, error) {
+func (b *Builder) Build(_ context.Context, req build.Request, notify func()) (build.Progress, error) {
+	fk, key := req.Namespace+"/"+req.Function, req.Key()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx == nil || b.ctx.Err() != nil {
+		return build.Progress{}, errors.New("the builder is not running")
+	}
+	j := b.jobs[fk]
+	if j != nil && j.key != key {
+		j.cancel()
+		j = nil
+	}
+	if j == nil {
+		j = &job{key: key, done: make(chan struct{})}
+		var ctx context.Context
+		ctx, j.cancel = context.WithCancel(b.ctx)
+		b.jobs[fk] = j
+		b.wg.Go(func() { b.run(ctx, fk, j, req) })
+	}
+	j.notify = notify
+	select {
+	case <-j.done:
+		delete(b.jobs, fk)
+		return build.Progress{Done: true, Result: j.res, Err: j.err}, nil
+	default:
+		return build.Progress{}, nil
+	}
+}
+
+// Cancel implements build.Builder.
+func (b *Builder) Cancel(_ context.Context, namespace, function string) error {
+	fk := namespace + "/" + function
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if j, ok := b.jobs[fk]; ok {
+		j.cancel()
+		delete(b.jobs, fk)
+	}
+	return nil
+}
+
+// run builds j and notifies its function, unless the build was cancelled
+// meanwhile (it is then no longer the function's job).
+func (b *Builder) run(ctx context.Context, fk string, j *job, req build.Request) {
+	defer j.cancel()
+	res, err := b.buildNow(ctx, req)
+	b.mu.Lock()
+	j.res, j.err = res, err
+	close(j.done)
+	notify := j.notify
+	current := b.jobs[fk] == j
+	b.mu.Unlock()
+	if current && notify != nil {
+		notify()
+	}
+}
+
+// buildNow builds req's artifact, or finds it built.
+func (b *Builder) buildNow(ctx context.Context, req build.Request) (build.Result, error) {
 	p, err := b.runtimes.Get(req.Runtime)
 	if err != nil {
 		return build.Result{}, &build.Error{Msg: err.Error(), Err: err}
@@ -73,7 +206,7 @@ func (b *Builder) Build(ctx context.Context, req build.Request) (build.Result, e
 	id := artifactID(req)
 	defer b.locks.Lock(id)()
 
-	final := filepath.Join(b.dir, id)
+	final := filepath.Join(b.cfg.Dir, id)
 	res := build.Result{Artifact: final, Reused: true}
 	if _, err := os.Stat(final); errors.Is(err, os.ErrNotExist) {
 		res, err = b.build(ctx, p, req, final)
@@ -97,14 +230,14 @@ var _ build.Pruner = (*Builder)(nil)
 
 // Artifacts implements build.Pruner.
 func (b *Builder) Artifacts(context.Context) ([]string, error) {
-	entries, err := os.ReadDir(b.dir)
+	entries, err := os.ReadDir(b.cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing the artifacts: %w", err)
 	}
 	var artifacts []string
 	for _, e := range entries {
 		if e.IsDir() && isArtifactID(e.Name()) {
-			artifacts = append(artifacts, filepath.Join(b.dir, e.Name()))
+			artifacts = append(artifacts, filepath.Join(b.cfg.Dir, e.Name()))
 		}
 	}
 	return artifacts, nil
@@ -115,7 +248,7 @@ func (b *Builder) Artifacts(context.Context) ([]string, error) {
 // lock that Build holds, then deleted.
 func (b *Builder) RemoveUnused(_ context.Context, artifact string, since time.Time) (bool, error) {
 	id := filepath.Base(artifact)
-	if filepath.Dir(artifact) != b.dir || !isArtifactID(id) {
+	if filepath.Dir(artifact) != b.cfg.Dir || !isArtifactID(id) {
 		return false, fmt.Errorf("%q is not an artifact of this builder", artifact)
 	}
 	trash, err := b.detach(id, since)
@@ -134,7 +267,7 @@ func (b *Builder) RemoveUnused(_ context.Context, artifact string, since time.Ti
 // should the server stop before it is deleted.
 func (b *Builder) detach(id string, since time.Time) (string, error) {
 	defer b.locks.Lock(id)()
-	artifact := filepath.Join(b.dir, id)
+	artifact := filepath.Join(b.cfg.Dir, id)
 	st, err := os.Stat(artifact)
 	if errors.Is(err, os.ErrNotExist) || (err == nil && !st.ModTime().Before(since)) {
 		return "", nil
@@ -142,7 +275,7 @@ func (b *Builder) detach(id string, since time.Time) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	trash, err := os.MkdirTemp(b.dir, ".tmp-removed-")
+	trash, err := os.MkdirTemp(b.cfg.Dir, ".tmp-removed-")
 	if err == nil {
 		err = os.Rename(artifact, filepath.Join(trash, id))
 	}
@@ -174,9 +307,14 @@ func artifactID(req build.Request) string {
 }
 
 // build extracts the code and installs its dependencies in a temporary
-// directory that is renamed to final only when everything succeeded.
-func (b *Builder) build(ctx context.Context, p runtime.Provider, req build.Request, final string) (build.Result, error) {
-	tmp, err := os.MkdirTemp(b.dir, ".tmp-")
+// directory that is renamed to final only when everything succeeded. It
+// takes at most Config.Timeout, not counting the wait for its turn to
+// install.
+func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Request, final string) (build.Result, error) {
+	start := time.Now()
+	ctx, cancel := b.timed(jobCtx, start)
+	defer cancel()
+	tmp, err := os.MkdirTemp(b.cfg.Dir, ".tmp-")
 	if err != nil {
 		return build.Result{}, fmt.Errorf("creating a build directory: %w", err)
 	}
@@ -192,11 +330,20 @@ func (b *Builder) build(ctx context.Context, p runtime.Provider, req build.Reque
 	if inst, ok := p.(runtime.DependencyInstaller); ok {
 		if _, err := os.Stat(filepath.Join(code, inst.DependencyFile())); err == nil {
 			b.log.InfoContext(ctx, "installing dependencies", "namespace", req.Namespace, "function", req.Function, "file", inst.DependencyFile())
+			waitStart := time.Now()
+			release, err := b.installTurn(jobCtx)
+			if err != nil {
+				return build.Result{}, fmt.Errorf("waiting for a turn to install dependencies: %w", context.Cause(jobCtx))
+			}
+			ctx, cancel := b.timed(jobCtx, start.Add(time.Since(waitStart)))
+			defer cancel()
 			ictx := ctx
 			if b.confine != nil {
 				ictx = runtime.WithConfiner(ctx, b.confine)
 			}
-			if err := inst.InstallDependencies(ictx, code, log); err != nil {
+			err = inst.InstallDependencies(ictx, code, log)
+			release()
+			if err != nil {
 				msg := fmt.Sprintf("installing dependencies from %s failed: %v", inst.DependencyFile(), err)
 				if ctx.Err() != nil {
 					msg = fmt.Sprintf("the build was stopped while installing dependencies from %s: %v", inst.DependencyFile(), context.Cause(ctx))
@@ -209,6 +356,22 @@ func (b *Builder) build(ctx context.Context, p runtime.Provider, req build.Reque
 		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
 	}
 	return build.Result{Artifact: final, Log: log.String()}, nil
+}
+
+// timed returns ctx ending Config.Timeout after from.
+func (b *Builder) timed(ctx context.Context, from time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadlineCause(ctx, from.Add(b.cfg.Timeout), fmt.Errorf("the build took longer than %s", b.cfg.Timeout))
+}
+
+// installTurn waits until fewer than Config.Installs dependency installs
+// run, or ctx ends; release ends the turn.
+func (b *Builder) installTurn(ctx context.Context) (release func(), err error) {
+	select {
+	case b.installs <- struct{}{}:
+		return func() { <-b.installs }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // extract copies the zip blob to a local file (zip needs random access) and
@@ -231,7 +394,7 @@ func (b *Builder) extract(ctx context.Context, sha, zipPath, dir string) error {
 	if err != nil {
 		return fmt.Errorf("copying code %s: %w", sha, err)
 	}
-	err = safezip.Extract(f, size, dir, b.limits)
+	err = safezip.Extract(f, size, dir, b.cfg.Limits)
 	if e, ok := errors.AsType[*safezip.Error](err); ok {
 		return &build.Error{Msg: e.Error(), Err: err}
 	}

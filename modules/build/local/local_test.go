@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -29,24 +30,237 @@ type env struct {
 	builder *local.Builder
 	blobs   storage.Blobs
 	dir     string
+	slow    *slowRuntime
 }
 
-func newEnv(t *testing.T) env {
+func newEnv(t *testing.T) env { return newEnvWith(t, local.Config{}) }
+
+// newEnvWith starts a builder of python3.11, nodejs20 and slowRuntime.
+func newEnvWith(t *testing.T, c local.Config) env {
 	t.Helper()
 	blobs, err := blobfs.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := runtime.NewRegistry([]runtime.Provider{python.New(), nodejs.New()})
+	slow := &slowRuntime{release: make(chan struct{})}
+	reg, err := runtime.NewRegistry([]runtime.Provider{python.New(), nodejs.New(), slow})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	b, err := local.New(dir, blobs, reg, safezip.DefaultLimits(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.Dir, c.Limits = t.TempDir(), safezip.DefaultLimits()
+	b, err := local.New(c, blobs, reg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return env{builder: b, blobs: blobs, dir: dir}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return env{builder: b, blobs: blobs, dir: c.Dir, slow: slow}
+}
+
+// build starts req's build, waits for its notification and reads its result.
+func (e env) build(t *testing.T, req build.Request) (build.Result, error) {
+	t.Helper()
+	done := make(chan struct{}, 1)
+	notify := func() { done <- struct{}{} }
+	p, err := e.builder.Build(context.Background(), req, notify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Done {
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("no notification of the build's end within a minute")
+		}
+		if p, err = e.builder.Build(context.Background(), req, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !p.Done {
+		t.Fatalf("notified, but the build of %s is not done", req.Function)
+	}
+	return p.Result, p.Err
+}
+
+// slowRuntime is a runtime whose dependency install (of deps.txt) runs
+// until release is closed or its context ends.
+type slowRuntime struct {
+	release chan struct{}
+
+	mu                      sync.Mutex
+	running, most, finished int
+	cancelled               int
+}
+
+func (*slowRuntime) Name() string                          { return "slow" }
+func (*slowRuntime) DefaultHandler() string                { return "handler.handle" }
+func (*slowRuntime) HandlerFiles(string) ([]string, error) { return []string{"handler.py"}, nil }
+func (*slowRuntime) BaseImage() string                     { return "sless-runtime-slow:v0.1.0" }
+func (*slowRuntime) Wrapper() (string, []byte)             { return "server.py", nil }
+func (*slowRuntime) DependencyFile() string                { return "deps.txt" }
+func (*slowRuntime) Interpreter(context.Context) (string, []string, error) {
+	return "", nil, errors.New("not runnable")
+}
+
+func (s *slowRuntime) InstallDependencies(ctx context.Context, dir string, out io.Writer) error {
+	s.mu.Lock()
+	s.running++
+	s.most = max(s.most, s.running)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running--
+		s.mu.Unlock()
+	}()
+	fmt.Fprintln(out, "installing slowly")
+	select {
+	case <-s.release:
+		s.mu.Lock()
+		s.finished++
+		s.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.cancelled++
+		s.mu.Unlock()
+		return context.Cause(ctx)
+	}
+}
+
+// counts returns the installs running, the most that ran at once, and
+// those finished and cancelled.
+func (s *slowRuntime) counts() (running, most, finished, cancelled int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running, s.most, s.finished, s.cancelled
+}
+
+func slowRequest(function, sha string) build.Request {
+	return build.Request{Namespace: "default", Function: function, Runtime: "slow", Handler: "handler.handle", CodeSHA256: sha}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Ten slow installs run two at a time (Installs), while a build without
+// dependencies finishes at once; every build is notified when it ends.
+func TestBuildsRunInTheBackgroundAndInstallsAreBounded(t *testing.T) {
+	e := newEnvWith(t, local.Config{Installs: 2})
+	notified := make(chan string, 20)
+	var reqs []build.Request
+	for i := range 10 {
+		req := slowRequest(fmt.Sprintf("slow-%d", i), e.upload(t, map[string]string{"handler.py": "x", "deps.txt": fmt.Sprint(i)}))
+		reqs = append(reqs, req)
+		p, err := e.builder.Build(context.Background(), req, func() { notified <- req.Function })
+		if err != nil || p.Done {
+			t.Fatalf("Build: %+v, %v; want it running", p, err)
+		}
+	}
+	eventually(t, "two installs to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 2 })
+	quick := e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 1\n"})
+	if _, err := e.build(t, request(quick)); err != nil {
+		t.Fatalf("a build without dependencies while installs wait: %v", err)
+	}
+	close(e.slow.release)
+	got := map[string]bool{}
+	for len(got) < 10 {
+		select {
+		case name := <-notified:
+			got[name] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("notified %d of 10 builds", len(got))
+		}
+	}
+	if _, most, finished, _ := e.slow.counts(); most != 2 || finished != 10 {
+		t.Errorf("at most %d installs at once, %d finished; want 2 and 10", most, finished)
+	}
+	for _, req := range reqs {
+		p, err := e.builder.Build(context.Background(), req, nil)
+		if err != nil || !p.Done || p.Err != nil || !strings.Contains(p.Result.Log, "installing slowly") {
+			t.Errorf("%s: %+v, %v; want done with the install's log", req.Function, p, err)
+		}
+	}
+}
+
+// A build is cancelled by Cancel, by a build of another key for its
+// function, and by Stop; a cancelled build never notifies, leaves nothing
+// behind, and its result is never reported.
+func TestCancelledBuildsAreForgotten(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c1 := e.upload(t, map[string]string{"handler.py": "x", "deps.txt": "1"})
+	notified := make(chan string, 10)
+	start := func(req build.Request) {
+		t.Helper()
+		if p, err := e.builder.Build(ctx, req, func() { notified <- req.CodeSHA256 }); err != nil || p.Done {
+			t.Fatalf("Build: %+v, %v; want it running", p, err)
+		}
+	}
+
+	start(slowRequest("f", c1))
+	eventually(t, "the install to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
+	if err := e.builder.Cancel(ctx, "default", "f"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the install to be cancelled", func() bool { _, _, _, c := e.slow.counts(); return c == 1 })
+
+	// New code for the function cancels the build of the old.
+	start(slowRequest("f", c1))
+	eventually(t, "the install to run again", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
+	c2 := e.upload(t, map[string]string{"handler.py": "x"})
+	res, err := e.build(t, slowRequest("f", c2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the old install to be cancelled", func() bool { _, _, _, c := e.slow.counts(); return c == 2 })
+	if filepath.Dir(res.Artifact) != e.dir || res.Log != "" {
+		t.Errorf("the new code's build: %+v; want an artifact without an install log", res)
+	}
+	select {
+	case sha := <-notified:
+		t.Errorf("a cancelled build of %s notified", sha)
+	case <-time.After(50 * time.Millisecond):
+	}
+	eventually(t, "only the new code's artifact in the artifact directory", func() bool {
+		entries, _ := os.ReadDir(e.dir)
+		return len(entries) == 1
+	})
+
+	// Stop cancels what runs.
+	start(slowRequest("g", c1))
+	eventually(t, "the install to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
+	if err := e.builder.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, c := e.slow.counts(); c != 3 {
+		t.Errorf("%d installs cancelled after Stop; want 3", c)
+	}
+	if _, err := e.builder.Build(ctx, slowRequest("g", c1), nil); err == nil {
+		t.Error("a stopped builder accepted a build")
+	}
+}
+
+func TestBuildTimeout(t *testing.T) {
+	e := newEnvWith(t, local.Config{Timeout: 200 * time.Millisecond})
+	_, err := e.build(t, slowRequest("f", e.upload(t, map[string]string{"handler.py": "x", "deps.txt": "1"})))
+	be, ok := build.AsError(err)
+	if !ok || !strings.Contains(be.Msg, "the build took longer than 200ms") || !strings.Contains(be.Log, "installing slowly") {
+		t.Errorf("got %v; want a *build.Error saying the build took longer than 200ms, with the log", err)
+	}
 }
 
 func (e env) upload(t *testing.T, files map[string]string) string {
@@ -72,7 +286,7 @@ func request(sha string) build.Request {
 func TestBuildExtractsAndReuses(t *testing.T) {
 	e := newEnv(t)
 	sha := e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 1\n", "lib/util.py": "X = 1\n"})
-	res, err := e.builder.Build(context.Background(), request(sha))
+	res, err := e.build(t, request(sha))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,37 +296,46 @@ func TestBuildExtractsAndReuses(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(res.Artifact, "lib", "util.py")); err != nil || string(data) != "X = 1\n" {
 		t.Errorf("artifact content: %q, %v", data, err)
 	}
-	again, err := e.builder.Build(context.Background(), request(sha))
+	again, err := e.build(t, request(sha))
 	if err != nil || !again.Reused || again.Artifact != res.Artifact {
 		t.Errorf("second build: %+v, %v; want the same artifact, reused", again, err)
 	}
 	// Another runtime is another artifact.
 	req := request(sha)
 	req.Runtime, req.Handler = "nodejs20", "lib/util.X"
-	if _, err := e.builder.Build(context.Background(), req); err == nil || !strings.Contains(err.Error(), "lib/util.js") {
+	if _, err := e.build(t, req); err == nil || !strings.Contains(err.Error(), "lib/util.js") {
 		t.Errorf("nodejs build of python code: %v; want an error naming lib/util.js", err)
 	}
 }
 
+// Functions with the same code share one artifact, built once.
 func TestConcurrentBuildsOfSameCodeBuildOnce(t *testing.T) {
 	e := newEnv(t)
 	sha := e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 1\n"})
-	var wg sync.WaitGroup
-	results := make(chan build.Result, 8)
-	for range 8 {
-		wg.Go(func() {
-			res, err := e.builder.Build(context.Background(), request(sha))
-			if err != nil {
-				t.Error(err)
-			}
-			results <- res
-		})
+	notified := make(chan struct{}, 8)
+	var reqs []build.Request
+	for i := range 8 {
+		req := request(sha)
+		req.Function = fmt.Sprintf("f%d", i)
+		reqs = append(reqs, req)
+		if _, err := e.builder.Build(context.Background(), req, func() { notified <- struct{}{} }); err != nil {
+			t.Fatal(err)
+		}
 	}
-	wg.Wait()
-	close(results)
+	for range 8 {
+		select {
+		case <-notified:
+		case <-time.After(10 * time.Second):
+			t.Fatal("not every build notified")
+		}
+	}
 	fresh := 0
-	for r := range results {
-		if !r.Reused {
+	for _, req := range reqs {
+		p, err := e.builder.Build(context.Background(), req, nil)
+		if err != nil || !p.Done || p.Err != nil {
+			t.Fatalf("%s: %+v, %v", req.Function, p, err)
+		}
+		if !p.Result.Reused {
 			fresh++
 		}
 	}
@@ -141,7 +364,7 @@ func TestBuildErrorsAreForTheUser(t *testing.T) {
 			if sha == "" {
 				sha = e.upload(t, tt.files)
 			}
-			_, err := e.builder.Build(context.Background(), request(sha))
+			_, err := e.build(t, request(sha))
 			be, ok := build.AsError(err)
 			if !ok || !strings.Contains(be.Msg, tt.want) {
 				t.Fatalf("got %v; want a *build.Error containing %q", err, tt.want)
@@ -156,30 +379,15 @@ func TestBuildErrorsAreForTheUser(t *testing.T) {
 	}
 }
 
-func TestCancelledBuildLeavesNothing(t *testing.T) {
-	e := newEnv(t)
-	sha := e.upload(t, map[string]string{"handler.py": "x", "requirements.txt": "./nope-1.0-py3-none-any.whl\n"})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := e.builder.Build(ctx, request(sha))
-	if err == nil {
-		t.Fatal("cancelled build succeeded")
-	}
-	entries, _ := os.ReadDir(e.dir)
-	if len(entries) != 0 {
-		t.Errorf("cancelled build left %d entries", len(entries))
-	}
-}
-
 func TestRemoveUnused(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	keepCode := e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 1"})
-	keep, err := e.builder.Build(ctx, request(keepCode))
+	keep, err := e.build(t, request(keepCode))
 	if err != nil {
 		t.Fatal(err)
 	}
-	drop, err := e.builder.Build(ctx, request(e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 2"})))
+	drop, err := e.build(t, request(e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 2"})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +403,7 @@ func TestRemoveUnused(t *testing.T) {
 	// Returned by a Build at or after the time it was seen unused: kept.
 	seenUnused := time.Now()
 	time.Sleep(10 * time.Millisecond)
-	if _, err := e.builder.Build(ctx, request(keepCode)); err != nil {
+	if _, err := e.build(t, request(keepCode)); err != nil {
 		t.Fatal(err)
 	}
 	if removed, err := e.builder.RemoveUnused(ctx, keep.Artifact, seenUnused); removed || err != nil {
@@ -218,7 +426,7 @@ func TestRemoveUnused(t *testing.T) {
 	}
 
 	// Its code deployed again, the artifact is built again.
-	again, err := e.builder.Build(ctx, request(e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 2"})))
+	again, err := e.build(t, request(e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 2"})))
 	if err != nil || again.Reused || again.Artifact != drop.Artifact {
 		t.Errorf("rebuild after removal: %+v, %v; want a fresh build of %s", again, err, drop.Artifact)
 	}

@@ -85,7 +85,7 @@ func (a *API) create(c *gin.Context) error {
 		return err
 	}
 	a.notifier.Changed(created.Key())
-	c.JSON(http.StatusCreated, created)
+	c.JSON(http.StatusCreated, created.Public())
 	return nil
 }
 
@@ -98,6 +98,9 @@ func (a *API) list(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	for i, fn := range items {
+		items[i] = fn.Public()
+	}
 	c.JSON(http.StatusOK, httpx.NewListResponse(items, more, func(fn *functions.Function) string { return fn.Name }))
 	return nil
 }
@@ -107,7 +110,7 @@ func (a *API) get(c *gin.Context) error {
 	if err != nil {
 		return notFound(err, key(c))
 	}
-	c.JSON(http.StatusOK, fn)
+	c.JSON(http.StatusOK, fn.Public())
 	return nil
 }
 
@@ -136,7 +139,7 @@ func (a *API) update(c *gin.Context) error {
 		return notFound(err, k)
 	}
 	a.notifier.Changed(k)
-	c.JSON(http.StatusOK, updated)
+	c.JSON(http.StatusOK, updated.Public())
 	return nil
 }
 
@@ -221,7 +224,7 @@ func (a *API) upload(c *gin.Context) error {
 		return notFound(err, k)
 	}
 	a.notifier.Changed(k)
-	c.JSON(http.StatusAccepted, updated)
+	c.JSON(http.StatusAccepted, updated.Public())
 	return nil
 }
 

@@ -45,12 +45,17 @@ type row struct {
 	StatusUpdatedAt          time.Time
 	StatusArtifact           string `gorm:"type:text;not null"`
 	StatusBuildKey           string `gorm:"size:64;not null"`
+	// StatusConditions, StatusArtifactRuntime and StatusArtifactHandler
+	// were added by version 3.
+	StatusConditions      string `gorm:"type:text;not null"` // JSON
+	StatusArtifactRuntime string `gorm:"size:32;not null"`
+	StatusArtifactHandler string `gorm:"size:255;not null"`
 }
 
 func (row) TableName() string { return "functions" }
 
-// rowV1 is the table of version 1, frozen: later versions change the table
-// with migrations of their own.
+// rowV1 is the table of version 1, frozen: a later schema change adds a
+// migration (and its columns to row) instead of editing it.
 type rowV1 struct {
 	ID             int64  `gorm:"primaryKey"`
 	Namespace      string `gorm:"size:63;not null;uniqueIndex:functions_ns_name,priority:1"`
@@ -90,6 +95,23 @@ func Migrations() []sqldb.Migration {
 		// Functions stored before it keep their open network.
 		Up: func(tx *gorm.DB) error {
 			return tx.Exec("ALTER TABLE functions ADD COLUMN egress VARCHAR(16) NOT NULL DEFAULT 'all'").Error
+		},
+	}, {
+		Module: "functions", Version: 3, Name: "status conditions and the serving artifact's runtime and handler",
+		Up: func(tx *gorm.DB) error {
+			for _, stmt := range []string{
+				`ALTER TABLE functions ADD COLUMN status_conditions text NOT NULL DEFAULT ''`,
+				`ALTER TABLE functions ADD COLUMN status_artifact_runtime varchar(32) NOT NULL DEFAULT ''`,
+				`ALTER TABLE functions ADD COLUMN status_artifact_handler varchar(255) NOT NULL DEFAULT ''`,
+				// Versions 1 and 2 served their artifact with the spec's runtime and
+				// handler.
+				`UPDATE functions SET status_artifact_runtime = runtime, status_artifact_handler = handler WHERE status_artifact <> ''`,
+			} {
+				if err := tx.Exec(stmt).Error; err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}}
 }
@@ -223,12 +245,23 @@ func (s *Store) update(ctx context.Context, key functions.Key, cols map[string]a
 
 // UpdateStatus implements functions.Store.
 func (s *Store) UpdateStatus(ctx context.Context, key functions.Key, st functions.Status) error {
+	conds := make([]functions.Condition, len(st.Conditions))
+	for i, c := range st.Conditions {
+		c.LastTransitionTime = c.LastTransitionTime.UTC().Truncate(time.Microsecond)
+		conds[i] = c
+	}
+	condJSON, err := json.Marshal(conds)
+	if err != nil {
+		return fmt.Errorf("encoding the conditions of function %s: %w", key, err)
+	}
 	res := s.db.WithContext(ctx).Model(&row{}).Where("namespace = ? AND name = ?", key.Namespace, key.Name).
 		Updates(map[string]any{
 			"status_phase": string(st.Phase), "status_message": st.Message,
 			"status_code_sha256": st.CodeSHA256, "status_build_log": st.BuildLog,
 			"status_observed_generation": st.ObservedGeneration, "status_updated_at": st.UpdatedAt.UTC().Truncate(time.Microsecond),
-			"status_artifact": st.Artifact, "status_build_key": st.BuildKey,
+			"status_conditions": string(condJSON),
+			"status_artifact":   st.Artifact, "status_build_key": st.BuildKey,
+			"status_artifact_runtime": st.ArtifactRuntime, "status_artifact_handler": st.ArtifactHandler,
 		})
 	if res.Error != nil {
 		return fmt.Errorf("updating the status of function %s: %w", key, res.Error)
@@ -278,11 +311,18 @@ func fromRow(r *row) (*functions.Function, error) {
 			Phase: functions.Phase(r.StatusPhase), Message: r.StatusMessage,
 			CodeSHA256: r.StatusCodeSHA256, BuildLog: r.StatusBuildLog,
 			ObservedGeneration: r.StatusObservedGeneration, UpdatedAt: r.StatusUpdatedAt.UTC(),
-			Artifact: r.StatusArtifact, BuildKey: r.StatusBuildKey,
+			Artifact: r.StatusArtifact, ArtifactRuntime: r.StatusArtifactRuntime, ArtifactHandler: r.StatusArtifactHandler,
+			BuildKey: r.StatusBuildKey,
 		},
 	}
 	if err := json.Unmarshal([]byte(r.Env), &fn.Env); err != nil {
 		return nil, fmt.Errorf("function %s/%s has a corrupt env column: %w", r.Namespace, r.Name, err)
+	}
+	// A row from before version 3 has no conditions yet.
+	if r.StatusConditions != "" {
+		if err := json.Unmarshal([]byte(r.StatusConditions), &fn.Status.Conditions); err != nil {
+			return nil, fmt.Errorf("function %s/%s has a corrupt status_conditions column: %w", r.Namespace, r.Name, err)
+		}
 	}
 	return fn, nil
 }

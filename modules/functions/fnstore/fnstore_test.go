@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -143,7 +144,13 @@ func runSuite(t *testing.T, newURL func(t *testing.T) string) {
 		}
 		key := fn.Key()
 		st := functions.Status{Phase: functions.PhaseReady, Message: "m", CodeSHA256: "abc", BuildLog: "log",
-			ObservedGeneration: 1, Artifact: "/a", BuildKey: "k"}
+			ObservedGeneration: 1, Artifact: "/a", ArtifactRuntime: "python3.11", ArtifactHandler: "main.run", BuildKey: "k",
+			Conditions: []functions.Condition{
+				{Type: functions.ConditionBuildSucceeded, Status: functions.ConditionTrue, Reason: functions.ReasonBuilt,
+					ObservedGeneration: 1, LastTransitionTime: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)},
+				{Type: functions.ConditionReady, Status: functions.ConditionFalse, Reason: functions.ReasonDeploying, Message: "m",
+					ObservedGeneration: 1, LastTransitionTime: time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)},
+			}}
 		if err := s.UpdateStatus(ctx, key, st); err != nil {
 			t.Fatal(err)
 		}
@@ -213,4 +220,46 @@ func runSuite(t *testing.T, newURL func(t *testing.T) string) {
 			t.Errorf("generation after 20 concurrent SetCode: got %d, want 21", got.Generation)
 		}
 	})
+}
+
+// A database of version 1 keeps serving its artifacts with the runtime and
+// handler they were built for (the spec's, then) after the upgrade.
+func TestMigrationFromVersion1(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, _, err := sqldb.Open("sqlite:"+filepath.Join(t.TempDir(), "db"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqldb.Close(db) })
+	if err := sqldb.Migrate(ctx, db, fnstore.Migrations()[:1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO functions (namespace, name, runtime, handler, env, timeout_seconds, memory_mb, min_instances, max_instances,
+			concurrency, code_sha256, generation, status_phase, status_message, status_code_sha256, status_build_log,
+			status_observed_generation, status_artifact, status_build_key)
+			VALUES ('default', 'built', 'nodejs20', 'main.run', '{}', 30, 256, 0, 10, 1, 'c1', 2, 'Ready', '', 'c1', '', 2, '/art/1', 'k1')`,
+		`INSERT INTO functions (namespace, name, runtime, handler, env, timeout_seconds, memory_mb, min_instances, max_instances,
+			concurrency, code_sha256, generation, status_phase, status_message, status_code_sha256, status_build_log,
+			status_observed_generation, status_artifact, status_build_key)
+			VALUES ('default', 'new', 'nodejs20', 'main.run', '{}', 30, 256, 0, 10, 1, '', 1, 'Pending', '', '', '', 0, '', '')`,
+	} {
+		if err := db.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sqldb.Migrate(ctx, db, fnstore.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	s := fnstore.New(db)
+	for name, want := range map[string][2]string{"built": {"nodejs20", "main.run"}, "new": {"", ""}} {
+		fn, err := s.Get(ctx, functions.Key{Namespace: "default", Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := [2]string{fn.Status.ArtifactRuntime, fn.Status.ArtifactHandler}; got != want || fn.Status.Conditions != nil {
+			t.Errorf("%s: artifact runtime and handler %q, conditions %v; want %q and none", name, got, fn.Status.Conditions, want)
+		}
+	}
 }

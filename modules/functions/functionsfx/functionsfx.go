@@ -27,13 +27,12 @@ import (
 
 // Config configures the functions module.
 type Config struct {
-	// BuildTimeout bounds one build.
-	BuildTimeout time.Duration
 	// UploadLimits bound uploaded zips.
 	UploadLimits safezip.Limits
 	// UploadDir holds uploads while they are checked.
 	UploadDir string
-	// Workers is the number of functions reconciled at once.
+	// Workers is the number of functions reconciled at once; no reconcile
+	// waits for a build.
 	Workers int
 	// ArtifactGrace is how long an artifact no function uses is kept before
 	// it is removed, when the builder can remove artifacts; default 1h.
@@ -61,10 +60,12 @@ func newStore(db *gorm.DB) *fnstore.Store { return fnstore.New(db) }
 // Controller is the embedded driver of the function reconciler.
 type Controller = controller.Controller[functions.Key]
 
-func newController(lc fx.Lifecycle, c Config, store functions.Store, builder build.Builder, executor runtime.Executor,
+func newController(lc fx.Lifecycle, c Config, store functions.Store, builder build.Builder, deployer runtime.Deployer,
 	suspension functions.Suspension, log *slog.Logger) (*Controller, functions.ChangeNotifier) {
-	rec := reconcile.New(store, builder, executor, suspension, c.BuildTimeout, log)
-	ctrl := controller.New("functions", rec.Reconcile, store.Keys, c.Workers, log)
+	var ctrl *Controller
+	// A build that ended enqueues its function, which reads the result.
+	rec := reconcile.New(store, builder, deployer, suspension, func(k functions.Key) { ctrl.Enqueue(k) }, log)
+	ctrl = controller.New("functions", rec.Reconcile, store.Keys, c.Workers, log)
 	lc.Append(fx.Hook{OnStart: ctrl.Start, OnStop: ctrl.Stop})
 	return ctrl, functions.NotifierFunc(ctrl.Enqueue)
 }

@@ -50,7 +50,7 @@ func TestModuleReconcilesChanges(t *testing.T) {
 			slog.New(slog.NewTextHandler(io.Discard, nil)),
 			storagefx.Config{DatabaseURL: "sqlite:" + filepath.Join(dir, "db")},
 			buildfx.Config{ArtifactDir: filepath.Join(dir, "artifacts"), Limits: safezip.DefaultLimits()},
-			functionsfx.Config{BuildTimeout: time.Minute, UploadLimits: safezip.DefaultLimits(), UploadDir: dir, Workers: 2,
+			functionsfx.Config{UploadLimits: safezip.DefaultLimits(), UploadDir: dir, Workers: 2,
 				ArtifactGrace: 100 * time.Millisecond},
 			runtimefx.Config{},
 			fx.Annotate(blobs, fx.As(new(storage.Blobs))),

@@ -1,6 +1,7 @@
 // Package reconcile is the one lifecycle of a function, shared by the
 // embedded and the cluster mode: desired spec + observed status -> build if
-// the code changed -> deploy the last good artifact (or undeploy) -> status.
+// the code changed (started on one pass, read on a later one) -> deploy the
+// last good artifact (or undeploy) -> status.
 // It depends on contracts only; the embedded mode drives it from a work
 // queue, the cluster mode from controller-runtime.
 package reconcile
@@ -13,139 +14,193 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
-	"strings"
 	"time"
 
-	"sless.kube5s.ru/sless/internal/controller"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/reconciler"
 	"sless.kube5s.ru/sless/modules/runtime"
 )
 
 // Reconciler reconciles functions.
 type Reconciler struct {
-	store        functions.Store
-	builder      build.Builder
-	executor     runtime.Executor
-	suspension   functions.Suspension
-	buildTimeout time.Duration
-	log          *slog.Logger
+	store      functions.Store
+	builder    build.Builder
+	deployer   runtime.Deployer
+	suspension functions.Suspension
+	notify     func(functions.Key)
+	log        *slog.Logger
 }
 
-// New returns a reconciler. buildTimeout bounds one build.
-func New(store functions.Store, builder build.Builder, executor runtime.Executor, suspension functions.Suspension,
-	buildTimeout time.Duration, log *slog.Logger) *Reconciler {
-	return &Reconciler{store: store, builder: builder, executor: executor, suspension: suspension, buildTimeout: buildTimeout, log: log}
+// The reconciler asks again after these while it waits.
+const (
+	// buildPoll: for a running build, in case the builder does not notify.
+	buildPoll = 10 * time.Second
+	// rolloutPoll: for a rollout that is not serving yet.
+	rolloutPoll = 2 * time.Second
+)
+
+// New returns a reconciler. notify, when not nil, is called with a
+// function's key when its build ended, for the driver to reconcile it again.
+func New(store functions.Store, builder build.Builder, deployer runtime.Deployer, suspension functions.Suspension,
+	notify func(functions.Key), log *slog.Logger) *Reconciler {
+	return &Reconciler{store: store, builder: builder, deployer: deployer, suspension: suspension, notify: notify, log: log}
 }
 
-// Reconcile brings one function to its desired state. It is level-based and
-// idempotent: the build key recorded in the status means that the same code
-// is never built twice, and a Failed build is not retried until the function
-// changes (a new upload or spec update raises the generation). The last good
-// artifact is deployed to the executor on every pass, so that a restarted
-// server serves what it served before.
-func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (controller.Result, error) {
+// Reconcile brings one function to its desired state and never waits for a
+// build or a rollout: a build is a state machine in the status (the build
+// key, the BuildSucceeded condition), started on one pass and read on a
+// later one, when the builder tells that it ended. It is level-based and
+// idempotent: the same code is never built twice, and a failed build is not
+// retried until the function changes (a new upload or spec update raises
+// the generation). The last good artifact is deployed on every pass, with
+// the runtime and handler it was built for, so that a restarted server
+// serves what it served before and a failed build never breaks it.
+func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconciler.Result, error) {
 	fn, err := r.store.Get(ctx, key)
 	if errors.Is(err, functions.ErrNotFound) {
-		return controller.Result{}, r.executor.Undeploy(ctx, key.Namespace, key.Name)
+		return reconciler.Result{}, errors.Join(r.builder.Cancel(ctx, key.Namespace, key.Name),
+			r.deployer.Undeploy(ctx, key.Namespace, key.Name))
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconciler.Result{}, err
 	}
-	st, err := r.build(ctx, fn)
+	now := time.Now().UTC()
+	st := fn.Status
+	st.Conditions = slices.Clone(st.Conditions)
+	st.ObservedGeneration = fn.Generation
+	var res reconciler.Result
+	building, err := r.build(ctx, fn, &st, now)
 	if err != nil {
-		return controller.Result{}, err
+		return res, err
 	}
-	// Deploy before publishing Ready: a client that sees Ready reaches the
-	// new version.
-	if st.Artifact != "" {
-		t := Target(fn, st.Artifact)
-		if t.Suspended, err = r.suspension.Suspended(ctx, key); err != nil {
-			return controller.Result{}, err
+	if building {
+		res.RequeueAfter = buildPoll
+	}
+	if st.Artifact == "" {
+		return res, errors.Join(r.deployer.Undeploy(ctx, key.Namespace, key.Name), r.setStatus(ctx, fn, st))
+	}
+	t := Target(fn, &st)
+	if t.Suspended, err = r.suspension.Suspended(ctx, key); err != nil {
+		return res, err
+	}
+	rollout, err := r.deployer.Deploy(ctx, t)
+	switch {
+	case errors.Is(err, runtime.ErrUnsupported):
+		// Rather than serve otherwise than asked (an open network for
+		// public egress), the function does not serve.
+		if err := r.deployer.Undeploy(ctx, key.Namespace, key.Name); err != nil {
+			return res, err
 		}
-		switch err := r.executor.Deploy(ctx, t); {
-		case errors.Is(err, runtime.ErrUnsupported):
-			// Rather than serve otherwise than asked (an open network for
-			// public egress), the function does not serve.
-			if err := r.executor.Undeploy(ctx, key.Namespace, key.Name); err != nil {
-				return controller.Result{}, err
-			}
-			st.Phase, st.Message = functions.PhaseFailed, runtime.ErrUnsupported.Error()+": "+runtime.PublicMessage(err, "the server log has the details")
-		case err != nil:
-			return controller.Result{}, fmt.Errorf("deploying %s: %w", key, err)
-		case st.Phase == functions.PhaseFailed && strings.HasPrefix(st.Message, runtime.ErrUnsupported.Error()):
-			// It failed to deploy, not to build: this server runs it now.
+		st.Phase = functions.PhaseFailed
+		st.Message = runtime.ErrUnsupported.Error() + ": " + runtime.PublicMessage(err, "the server log has the details")
+		st.SetCondition(functions.Condition{Type: functions.ConditionReady, Status: functions.ConditionFalse,
+			Reason: functions.ReasonUnsupported, Message: st.Message, ObservedGeneration: fn.Generation}, now)
+		return res, r.setStatus(ctx, fn, st)
+	case err != nil:
+		return res, fmt.Errorf("deploying %s: %w", key, err)
+	}
+	// Ready only once the new version serves: a client that sees Ready
+	// reaches it.
+	if c := st.Condition(functions.ConditionBuildSucceeded); c != nil && c.Status == functions.ConditionTrue {
+		if rollout.Ready {
 			st.Phase, st.Message = functions.PhaseReady, ""
+			st.SetCondition(functions.Condition{Type: functions.ConditionReady, Status: functions.ConditionTrue,
+				Reason: functions.ReasonServing, ObservedGeneration: fn.Generation}, now)
+		} else {
+			st.Phase, st.Message = functions.PhaseBuilding, "deploying: "+rollout.Waiting
+			st.SetCondition(functions.Condition{Type: functions.ConditionReady, Status: functions.ConditionUnknown,
+				Reason: functions.ReasonDeploying, Message: st.Message, ObservedGeneration: fn.Generation}, now)
+			res.RequeueAfter = rolloutPoll
 		}
-	} else if err := r.executor.Undeploy(ctx, key.Namespace, key.Name); err != nil {
-		return controller.Result{}, err
 	}
-	return controller.Result{}, r.setStatus(ctx, fn, st)
+	return res, r.setStatus(ctx, fn, st)
 }
 
-// build returns the status after building the function's code if needed.
-func (r *Reconciler) build(ctx context.Context, fn *functions.Function) (functions.Status, error) {
-	key := fn.Key()
-	st := fn.Status
-	st.ObservedGeneration = fn.Generation
-
+// build advances the build state machine of fn's code in st, starting the
+// build or reading its result, and reports whether a build is running.
+func (r *Reconciler) build(ctx context.Context, fn *functions.Function, st *functions.Status, now time.Time) (bool, error) {
+	key, gen := fn.Key(), fn.Generation
+	set := func(phase functions.Phase, status functions.ConditionStatus, reason, msg string) {
+		st.Phase, st.Message = phase, msg
+		st.SetCondition(functions.Condition{Type: functions.ConditionBuildSucceeded, Status: status, Reason: reason,
+			Message: msg, ObservedGeneration: gen}, now)
+		if status != functions.ConditionTrue {
+			ready := status
+			if reason == functions.ReasonNoCode {
+				ready = functions.ConditionFalse
+			}
+			st.SetCondition(functions.Condition{Type: functions.ConditionReady, Status: ready, Reason: reason,
+				Message: msg, ObservedGeneration: gen}, now)
+		}
+	}
 	if fn.CodeSHA256 == "" {
-		st.Phase, st.Message = functions.PhasePending, "waiting for code: upload a zip to /v1/namespaces/"+fn.Namespace+"/functions/"+fn.Name+"/upload"
-		return st, nil
+		set(functions.PhasePending, functions.ConditionUnknown, functions.ReasonNoCode,
+			"waiting for code: upload a zip to /v1/namespaces/"+fn.Namespace+"/functions/"+fn.Name+"/upload")
+		return false, nil
 	}
 	req := build.Request{Namespace: fn.Namespace, Function: fn.Name, Runtime: fn.Runtime, Handler: fn.Handler, CodeSHA256: fn.CodeSHA256}
 	buildKey := req.Key()
-	if fn.Status.BuildKey == buildKey && (fn.Status.Phase == functions.PhaseReady ||
-		fn.Status.Phase == functions.PhaseFailed && fn.Status.ObservedGeneration == fn.Generation) {
-		// Built already, or failed and unchanged since: only settings that
-		// do not affect the artifact may have changed.
-		return st, nil
-	}
-
-	st.Phase, st.Message, st.BuildKey = functions.PhaseBuilding, "building code "+short(fn.CodeSHA256), buildKey
-	if err := r.setStatus(ctx, fn, st); err != nil {
-		return st, err
-	}
-	fn.Status = st
-	start := time.Now()
-	buildCtx, cancel := context.WithTimeoutCause(ctx, r.buildTimeout, fmt.Errorf("the build took longer than %s", r.buildTimeout))
-	res, err := r.builder.Build(buildCtx, req)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			// The server is stopping: the function stays Building and the
-			// build runs again after the next start.
-			return st, ctx.Err()
+	if c := st.Condition(functions.ConditionBuildSucceeded); c != nil && st.BuildKey == buildKey {
+		switch {
+		case c.Status == functions.ConditionTrue:
+			// Built already: only settings that do not affect the artifact
+			// may have changed.
+			c.ObservedGeneration = gen
+			return false, nil
+		case c.Status == functions.ConditionFalse && c.ObservedGeneration == gen:
+			return false, nil // failed, and unchanged since
 		}
-		st.Phase, st.Message, st.BuildLog = functions.PhaseFailed, failureMessage(err), ""
-		if be, ok := build.AsError(err); ok {
+	}
+	var notify func()
+	if r.notify != nil {
+		notify = func() { r.notify(key) }
+	}
+	p, err := r.builder.Build(ctx, req, notify)
+	if err != nil {
+		return false, fmt.Errorf("building %s: %w", key, err)
+	}
+	st.BuildKey = buildKey
+	switch {
+	case !p.Done:
+		set(functions.PhaseBuilding, functions.ConditionUnknown, functions.ReasonBuilding, "building code "+short(fn.CodeSHA256))
+		return true, nil
+	case p.Err != nil:
+		reason, msg := functions.ReasonBuildFailed, failureMessage(p.Err)
+		st.BuildLog = ""
+		if be, ok := build.AsError(p.Err); ok {
 			st.BuildLog = be.Log
 		} else {
-			r.log.ErrorContext(ctx, "build failed", "namespace", key.Namespace, "function", key.Name, "error", err)
+			reason = functions.ReasonBuildError
+			r.log.ErrorContext(ctx, "build failed", "namespace", key.Namespace, "function", key.Name, "error", p.Err)
 		}
 		if st.Artifact != "" {
-			st.Message += "; still serving code " + short(st.CodeSHA256)
+			msg += "; still serving code " + short(st.CodeSHA256)
 		}
-		return st, nil
+		set(functions.PhaseFailed, functions.ConditionFalse, reason, msg)
+		return false, nil
 	}
 	r.log.InfoContext(ctx, "built", "namespace", key.Namespace, "function", key.Name,
-		"code_sha256", fn.CodeSHA256, "reused", res.Reused, "duration", time.Since(start))
-	st.Phase, st.Message = functions.PhaseReady, ""
-	st.Artifact, st.CodeSHA256 = res.Artifact, fn.CodeSHA256
-	if !res.Reused {
-		st.BuildLog = res.Log
+		"code_sha256", fn.CodeSHA256, "reused", p.Result.Reused)
+	st.Artifact, st.ArtifactRuntime, st.ArtifactHandler = p.Result.Artifact, fn.Runtime, fn.Handler
+	st.CodeSHA256 = fn.CodeSHA256
+	if !p.Result.Reused {
+		st.BuildLog = p.Result.Log
 	}
-	return st, nil
+	set(functions.PhaseBuilding, functions.ConditionTrue, functions.ReasonBuilt, "")
+	return false, nil
 }
 
-// Target is the deployable version of fn running artifact. Its Version
-// changes with everything that needs new instances (code, handler, env,
-// memory, concurrency, egress) and not with what applies in place (instance counts,
-// timeout).
-func Target(fn *functions.Function, artifact string) runtime.Target {
+// Target is the deployable version of fn serving st's artifact: with the
+// runtime and handler the artifact was built for, and the rest of fn's
+// current spec. Its Version changes with everything that needs new
+// instances (code, runtime, handler, env, memory, concurrency, egress) and
+// not with what applies in place (instance counts, timeout).
+func Target(fn *functions.Function, st *functions.Status) runtime.Target {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%d", fn.Runtime, artifact, fn.Handler, fn.MemoryMB, fn.Concurrency)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%d", st.ArtifactRuntime, st.Artifact, st.ArtifactHandler, fn.MemoryMB, fn.Concurrency)
 	for _, k := range slices.Sorted(maps.Keys(fn.Env)) {
 		fmt.Fprintf(h, "\x00%s=%s", k, fn.Env[k])
 	}
@@ -156,7 +211,7 @@ func Target(fn *functions.Function, artifact string) runtime.Target {
 	}
 	return runtime.Target{
 		Namespace: fn.Namespace, Name: fn.Name, Version: hex.EncodeToString(h.Sum(nil))[:16],
-		Runtime: fn.Runtime, Artifact: artifact, Handler: fn.Handler, Env: fn.Env,
+		Runtime: st.ArtifactRuntime, Artifact: st.Artifact, Handler: st.ArtifactHandler, Env: fn.Env,
 		Timeout: time.Duration(fn.TimeoutSeconds) * time.Second, MemoryMB: fn.MemoryMB,
 		MinInstances: fn.MinInstances, MaxInstances: fn.MaxInstances, Concurrency: fn.Concurrency,
 		Egress: runtime.Egress(fn.Egress),
@@ -174,7 +229,7 @@ func failureMessage(err error) string {
 }
 
 func (r *Reconciler) setStatus(ctx context.Context, fn *functions.Function, st functions.Status) error {
-	if st == fn.Status {
+	if reflect.DeepEqual(st, fn.Status) {
 		return nil
 	}
 	if st.Phase != fn.Status.Phase || st.Message != fn.Status.Message {

@@ -42,22 +42,22 @@ type Config struct {
 
 // Proxy serves /fn and implements invoke.Invoker.
 type Proxy struct {
-	cfg      Config
-	executor runtime.Executor
-	store    functions.Store
-	ledger   invoke.Ledger
-	exposure invoke.Exposure
-	authn    auth.Authenticator
-	log      *slog.Logger
-	refusals *refusals
+	cfg       Config
+	instances runtime.Instances
+	store     functions.Store
+	ledger    invoke.Ledger
+	exposure  invoke.Exposure
+	authn     auth.Authenticator
+	log       *slog.Logger
+	refusals  *refusals
 }
 
 var _ invoke.Invoker = (*Proxy)(nil)
 
 // New returns the proxy. /fn serves the functions exposure allows, private
 // ones to the callers authn accepts; the store tells an unknown function
-// (404) from one that is not ready (503) when the executor does not run it.
-func New(cfg Config, executor runtime.Executor, store functions.Store, ledger invoke.Ledger, exposure invoke.Exposure,
+// (404) from one that is not ready (503) when instances has none of it.
+func New(cfg Config, instances runtime.Instances, store functions.Store, ledger invoke.Ledger, exposure invoke.Exposure,
 	authn auth.Authenticator, log *slog.Logger) *Proxy {
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = 6 << 20
@@ -65,7 +65,7 @@ func New(cfg Config, executor runtime.Executor, store functions.Store, ledger in
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = 6 << 20
 	}
-	return &Proxy{cfg: cfg, executor: executor, store: store, ledger: ledger, exposure: exposure, authn: authn, log: log,
+	return &Proxy{cfg: cfg, instances: instances, store: store, ledger: ledger, exposure: exposure, authn: authn, log: log,
 		refusals: newRefusals(ledger, time.Second)}
 }
 
@@ -333,7 +333,7 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		if replay != nil {
 			c.r.Body = replay()
 		}
-		lease, err = p.executor.Acquire(ctx, c.ns, c.name)
+		lease, err = p.instances.Acquire(ctx, c.ns, c.name)
 		if err != nil {
 			p.acquireFailed(ctx, c, rec, err)
 			return

@@ -25,10 +25,10 @@ import (
 // fakeExecutor answers Acquire with acquireErr, or with a lease whose Do
 // returns do's result.
 type fakeExecutor struct {
-	runtime.Executor // Deploy, Undeploy and Warm are not used by the proxy's /fn
-	acquireErr       error
-	do               func(w http.ResponseWriter) (runtime.Result, error)
-	acquired         int
+	runtime.Instances // Warm is not used by the proxy
+	acquireErr        error
+	do                func(w http.ResponseWriter) (runtime.Result, error)
+	acquired          int
 }
 
 func (f *fakeExecutor) Acquire(context.Context, string, string) (runtime.Lease, error) {

@@ -77,7 +77,7 @@ func TestPublicEgressInstances(t *testing.T) {
 		name := "net-" + string(egress)
 		tg := target(name, "python3.11", code(t, map[string]string{"handler.py": connectProbe}))
 		tg.Egress = egress
-		if err := e.Deploy(context.Background(), tg); err != nil {
+		if _, err := e.Deploy(context.Background(), tg); err != nil {
 			t.Fatal(err)
 		}
 		if r := invoke(t, e, name, fmt.Sprintf("%q", ln.Addr().String())); r.err != nil || r.body != `"`+want+`"` {
@@ -114,7 +114,7 @@ func TestPublicEgressUnavailable(t *testing.T) {
 	e := newExecutor(t, local.Config{EgressUnavailable: "the test says so"})
 	tg := target("pub", "python3.11", code(t, map[string]string{"handler.py": connectProbe}))
 	tg.Egress = runtime.EgressPublic
-	err := e.Deploy(context.Background(), tg)
+	_, err := e.Deploy(context.Background(), tg)
 	if !errors.Is(err, runtime.ErrUnsupported) ||
 		runtime.PublicMessage(err, "") != `egress "public" is not available on this server: the test says so` {
 		t.Errorf("Deploy: %v; want ErrUnsupported saying why", err)
@@ -123,7 +123,7 @@ func TestPublicEgressUnavailable(t *testing.T) {
 		t.Errorf("Acquire after the refusal: %v; want ErrNotDeployed", err)
 	}
 	tg.Egress = runtime.EgressAll
-	if err := e.Deploy(context.Background(), tg); err != nil {
+	if _, err := e.Deploy(context.Background(), tg); err != nil {
 		t.Errorf("Deploy with egress all: %v", err)
 	}
 

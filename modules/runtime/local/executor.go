@@ -85,7 +85,8 @@ type Runtimes interface {
 	Get(name string) (runtime.Provider, error)
 }
 
-// Executor implements runtime.Executor with local processes.
+// Executor implements runtime.Deployer and runtime.Instances with local
+// processes.
 type Executor struct {
 	cfg      Config
 	runtimes Runtimes
@@ -112,7 +113,10 @@ type Executor struct {
 	live sync.WaitGroup
 }
 
-var _ runtime.Executor = (*Executor)(nil)
+var (
+	_ runtime.Deployer  = (*Executor)(nil)
+	_ runtime.Instances = (*Executor)(nil)
+)
 
 // New returns a stopped executor.
 func New(cfg Config, runtimes Runtimes, log *slog.Logger) *Executor {
@@ -183,17 +187,18 @@ func (e *Executor) Stop(ctx context.Context) error {
 
 func key(ns, name string) string { return ns + "/" + name }
 
-// Deploy implements runtime.Executor.
-func (e *Executor) Deploy(_ context.Context, t runtime.Target) error {
+// Deploy implements runtime.Deployer. The version serves at once: its
+// instances start on demand.
+func (e *Executor) Deploy(_ context.Context, t runtime.Target) (runtime.Rollout, error) {
 	p, err := e.runtimes.Get(t.Runtime)
 	if err != nil {
-		return err
+		return runtime.Rollout{}, err
 	}
 	if e.cfg.PublicEgress {
 		t.Egress = runtime.EgressPublic
 	}
 	if err := e.egress.check(&t); err != nil {
-		return err
+		return runtime.Rollout{}, err
 	}
 	k := key(t.Namespace, t.Name)
 	e.mu.Lock()
@@ -210,10 +215,10 @@ func (e *Executor) Deploy(_ context.Context, t runtime.Target) error {
 	for _, inst := range pl.deploy(t) {
 		go inst.proc.stop(2 * time.Second)
 	}
-	return nil
+	return runtime.Rollout{Ready: true}, nil
 }
 
-// Undeploy implements runtime.Executor.
+// Undeploy implements runtime.Deployer.
 func (e *Executor) Undeploy(_ context.Context, ns, name string) error {
 	e.mu.Lock()
 	pl, ok := e.pools[key(ns, name)]
@@ -227,7 +232,7 @@ func (e *Executor) Undeploy(_ context.Context, ns, name string) error {
 	return nil
 }
 
-// Acquire implements runtime.Executor.
+// Acquire implements runtime.Instances.
 func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease, error) {
 	pl, err := e.pool(ns, name)
 	if err != nil {
@@ -236,7 +241,7 @@ func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease,
 	return pl.acquire(ctx)
 }
 
-// Warm implements runtime.Executor.
+// Warm implements runtime.Instances.
 func (e *Executor) Warm(_ context.Context, ns, name string, until time.Time) error {
 	pl, err := e.pool(ns, name)
 	if err != nil {

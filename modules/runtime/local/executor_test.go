@@ -96,8 +96,8 @@ func TestColdThenWarm(t *testing.T) {
 			name := "hello-" + strings.ReplaceAll(rt.runtime, ".", "")
 			tg := target(name, rt.runtime, code(t, map[string]string{rt.file: rt.src}))
 			tg.Env = map[string]string{"GREETING": "hi"}
-			if err := e.Deploy(context.Background(), tg); err != nil {
-				t.Fatal(err)
+			if ro, err := e.Deploy(context.Background(), tg); err != nil || !ro.Ready {
+				t.Fatalf("Deploy: %+v, %v; want ready", ro, err)
 			}
 			first := invoke(t, e, name, `{"n": 1}`)
 			if first.err != nil || first.result.StatusCode != 200 || first.body != `{"got":{"n":1},"env":"hi"}` {

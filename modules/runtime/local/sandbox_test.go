@@ -51,8 +51,8 @@ func TestSandboxedInstances(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tg := target(name, "python3.11", code(t, map[string]string{"handler.py": sandboxedProbe}))
 			tg.Env = env
-			if err := e.Deploy(context.Background(), tg); err != nil {
-				t.Fatal(err)
+			if ro, err := e.Deploy(context.Background(), tg); err != nil || !ro.Ready {
+				t.Fatalf("Deploy: %+v, %v; want ready", ro, err)
 			}
 			marker := fmt.Sprintf("%d.%d", 9000+i, os.Getpid()) // sleep takes decimals; unique on the machine
 			r := invoke(t, e, name, `"`+marker+`"`)

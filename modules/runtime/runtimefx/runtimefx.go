@@ -46,6 +46,8 @@ var Module = fx.Module("runtime",
 		newSandbox,
 		newConfiner,
 		newExecutor,
+		func(e *local.Executor) runtime.Deployer { return e },
+		func(e *local.Executor) runtime.Instances { return e },
 	),
 )
 
@@ -125,7 +127,7 @@ func newConfiner(sb *sandbox.Sandbox) runtime.Confiner {
 	return sb
 }
 
-func newExecutor(lc fx.Lifecycle, c Config, reg *runtime.Registry, sb *sandbox.Sandbox, eg egress, log *slog.Logger) runtime.Executor {
+func newExecutor(lc fx.Lifecycle, c Config, reg *runtime.Registry, sb *sandbox.Sandbox, eg egress, log *slog.Logger) *local.Executor {
 	c.Executor.Sandbox = sb
 	c.Executor.Egress, c.Executor.EgressUnavailable = eg.filter, eg.unavailable
 	c.Executor.PublicEgress = c.Egress == runtime.EgressPublic

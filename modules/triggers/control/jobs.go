@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"sless.kube5s.ru/sless/internal/controller"
 	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/reconciler"
 	"sless.kube5s.ru/sless/modules/triggers"
 	"sless.kube5s.ru/sless/modules/triggers/trstore"
 )
@@ -77,31 +77,31 @@ func (r *JobReconciler) isRunning(key triggers.Key) bool {
 	return r.running[key]
 }
 
-// Reconcile implements controller.ReconcileFunc.
-func (r *JobReconciler) Reconcile(ctx context.Context, key triggers.Key) (controller.Result, error) {
+// Reconcile is a reconciler.Func.
+func (r *JobReconciler) Reconcile(ctx context.Context, key triggers.Key) (reconciler.Result, error) {
 	defer r.locks.Lock(key)()
 	j, err := r.store.Get(ctx, key)
 	if errors.Is(err, trstore.ErrNotFound) {
-		return controller.Result{}, nil
+		return reconciler.Result{}, nil
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconciler.Result{}, err
 	}
 	st := j.Status
 	st.ObservedGeneration = j.Generation
 	running := r.isRunning(key)
 	if st.Phase == triggers.JobRunning && !running {
 		if st, err = r.recover(ctx, j, st); err != nil {
-			return controller.Result{}, err
+			return reconciler.Result{}, err
 		}
 	}
 	if j.RunID > st.RunID && !running {
-		return controller.Result{}, r.start(ctx, j, st)
+		return reconciler.Result{}, r.start(ctx, j, st)
 	}
 	if st == j.Status {
-		return controller.Result{}, nil
+		return reconciler.Result{}, nil
 	}
-	return controller.Result{}, r.store.UpdateStatus(ctx, key, st)
+	return reconciler.Result{}, r.store.UpdateStatus(ctx, key, st)
 }
 
 // start records a new run as Running and invokes the function in the

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"sless.kube5s.ru/sless/internal/controller"
 	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/reconciler"
 	"sless.kube5s.ru/sless/modules/triggers"
 	"sless.kube5s.ru/sless/modules/triggers/trstore"
 )
@@ -55,27 +55,27 @@ func (r *TriggerReconciler) LoadGate(ctx context.Context) error {
 	return nil
 }
 
-// Reconcile implements controller.ReconcileFunc.
-func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (controller.Result, error) {
+// Reconcile is a reconciler.Func.
+func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (reconciler.Result, error) {
 	t, err := r.store.Get(ctx, key)
 	if errors.Is(err, trstore.ErrNotFound) {
 		r.stop(key)
-		return controller.Result{}, nil
+		return reconciler.Result{}, nil
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconciler.Result{}, err
 	}
 	r.keeper.track(t)
 
 	phase, msg := triggers.PhaseActive, ""
-	var res controller.Result
+	var res reconciler.Result
 	if !t.IsEnabled() {
 		phase = triggers.PhaseDisabled
 	} else if _, err := r.functions.Get(ctx, functionOf(t)); errors.Is(err, functions.ErrNotFound) {
 		phase, msg = triggers.PhaseError, fmt.Sprintf("function %q does not exist in namespace %q", t.Function, t.Namespace)
 		res.RequeueAfter = missingFunctionRetry
 	} else if err != nil {
-		return controller.Result{}, err
+		return reconciler.Result{}, err
 	}
 	active := phase == triggers.PhaseActive
 

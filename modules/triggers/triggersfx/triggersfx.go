@@ -63,14 +63,14 @@ type params struct {
 	Notifier  functions.ChangeNotifier
 	Invoker   invoke.Invoker
 	Ledger    invoke.Ledger
-	Executor  runtime.Executor
+	Instances runtime.Instances
 	Gate      *control.Gate
 	Log       *slog.Logger
 }
 
 func newControllers(p params) *controllers {
 	keeper := control.NewStatusKeeper(p.Triggers, p.Log)
-	cronRunner := cron.New(p.Invoker, p.Executor, keeper, p.Log)
+	cronRunner := cron.New(p.Invoker, p.Instances, keeper, p.Log)
 	rabbitRunner := rabbitmq.New(p.Invoker, keeper, p.Log)
 	runners := map[string]triggers.Runner{triggers.TypeCron: cronRunner, triggers.TypeRabbitMQ: rabbitRunner}
 	trRec := control.NewTriggerReconciler(p.Triggers, p.Functions, runners, p.Gate, keeper, p.Notifier, p.Log)
