@@ -136,9 +136,9 @@ type Lease interface {
 	// status, headers and body; the protocol's X-Sless-* response headers
 	// are consumed, not copied). It returns what the platform records. A
 	// failure before anything was written to w is returned as an error
-	// (ErrTimeout, ErrCrashed, ErrResponseTooLarge, or a failure reading
-	// inv.Request.Body, which an executor passes on wrapped); after that,
-	// Result.Err says what happened.
+	// (ErrTimeout, ErrCrashed, ErrResponseTooLarge, or a *BodyError for a
+	// failure reading inv.Request.Body); after that, Result.Err says what
+	// happened.
 	// Cancelling ctx ends the invocation as its deadline does (the handler
 	// may still be running, so its instance is recycled).
 	Do(ctx context.Context, inv *Invocation, w http.ResponseWriter) (Result, error)

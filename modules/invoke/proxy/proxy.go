@@ -27,7 +27,6 @@ import (
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/runtime"
-	"sless.kube5s.ru/sless/modules/runtime/wire"
 )
 
 // Config configures the proxy.
@@ -211,13 +210,13 @@ func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Respons
 	if err != nil {
 		return nil, fmt.Errorf("encoding the trigger metadata: %w", err)
 	}
-	out := &wire.ResponseBuffer{}
+	out := &runtime.ResponseBuffer{}
 	c := &call{ns: req.Namespace, name: req.Function, path: r.URL.EscapedPath(), r: r, w: out,
 		kind: req.TriggerKind, trigName: req.TriggerName, trigger: trigJSON, id: req.InvocationID, cancellable: true, begin: true}
 	rec := p.serve(ctx, c)
 	if c.cut {
 		// What a client would see as an aborted connection.
-		out = &wire.ResponseBuffer{}
+		out = &runtime.ResponseBuffer{}
 		writeError(out, http.StatusBadGateway, rec.Error)
 	}
 	return &invoke.Response{InvocationID: rec.ID, StatusCode: out.StatusCode, Header: out.Header(),
@@ -425,7 +424,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 // doFailed answers when the invocation failed before its response started.
 func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *runtime.Target, err error) {
 	var mbe *http.MaxBytesError
-	var be *wire.BodyError
+	var be *runtime.BodyError
 	switch {
 	case c.cancellable && ctx.Err() != nil:
 		p.fail(c, rec, 499, "the invocation was cancelled: "+context.Cause(ctx).Error())

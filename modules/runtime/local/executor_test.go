@@ -18,7 +18,6 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/nodejs"
 	"sless.kube5s.ru/sless/modules/runtime/python"
-	"sless.kube5s.ru/sless/modules/runtime/wire"
 )
 
 func newExecutor(t *testing.T, cfg local.Config) *local.Executor {
@@ -80,7 +79,7 @@ func invoke(t *testing.T, e *local.Executor, name, body string) response {
 	}
 	defer lease.Release()
 	req := &http.Request{Method: "POST", URL: &url.URL{Path: "/"}, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
-	var out wire.ResponseBuffer
+	var out runtime.ResponseBuffer
 	res, err := lease.Do(context.Background(), &runtime.Invocation{ID: "inv-1", Request: req, Path: "/",
 		Deadline: time.Now().Add(lease.Target().Timeout), Trigger: []byte(`{"kind":"http"}`)}, &out)
 	return response{lease: lease, result: res, body: out.Body.String(), err: err}

@@ -125,13 +125,6 @@ func (c *Client) Close() {
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// BodyError is a failure to read the client's request body (it was too large
-// or the client went away); the invocation was not completed.
-type BodyError struct{ Err error }
-
-func (e *BodyError) Error() string { return "reading the request body: " + e.Err.Error() }
-func (e *BodyError) Unwrap() error { return e.Err }
-
 // peerClosed reports whether an idle connection's other end is closed (or
 // sent bytes no request asked for), with one non-blocking peek: about a
 // microsecond, against a 502 for the first invocation after its instance
@@ -320,7 +313,7 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 		bw.WriteString("\r\n\r\n")
 		n, err := copyBody(bw, io.LimitReader(body, r.ContentLength), buf)
 		if err == nil && n < r.ContentLength {
-			err = &BodyError{io.ErrUnexpectedEOF}
+			err = &runtime.BodyError{Err: io.ErrUnexpectedEOF}
 		}
 		if err != nil {
 			return n, err
@@ -341,7 +334,7 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 }
 
 // copyBody copies the client's body to the instance, telling a client-side
-// failure (BodyError) from an instance-side one.
+// failure (runtime.BodyError) from an instance-side one.
 func copyBody(dst io.Writer, src io.Reader, buf []byte) (int64, error) {
 	var n int64
 	for {
@@ -357,7 +350,7 @@ func copyBody(dst io.Writer, src io.Reader, buf []byte) (int64, error) {
 			return n, nil
 		}
 		if rerr != nil {
-			return n, &BodyError{rerr}
+			return n, &runtime.BodyError{Err: rerr}
 		}
 	}
 }
@@ -553,37 +546,6 @@ func bodyReader(br *bufio.Reader, h head) (io.Reader, bool) {
 	return br, false // delimited by closing the connection
 }
 
-// ResponseBuffer is an http.ResponseWriter that keeps the response in
-// memory, for control calls and for invocations made without an HTTP client.
-type ResponseBuffer struct {
-	header http.Header
-	// StatusCode is the written status; 0 before WriteHeader.
-	StatusCode int
-	// Body is the written body.
-	Body bytes.Buffer
-}
-
-// Header implements http.ResponseWriter.
-func (b *ResponseBuffer) Header() http.Header {
-	if b.header == nil {
-		b.header = http.Header{}
-	}
-	return b.header
-}
-
-// WriteHeader implements http.ResponseWriter.
-func (b *ResponseBuffer) WriteHeader(code int) {
-	if b.StatusCode == 0 {
-		b.StatusCode = code
-	}
-}
-
-// Write implements http.ResponseWriter.
-func (b *ResponseBuffer) Write(p []byte) (int, error) {
-	b.WriteHeader(http.StatusOK)
-	return b.Body.Write(p)
-}
-
 // Call makes a control request (such as /_sless/specialize) with a JSON body
 // and returns the status and body of the answer.
 func (c *Client) Call(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
@@ -595,7 +557,7 @@ func (c *Client) Call(ctx context.Context, method, path string, body []byte) (in
 		Method: method, URL: &url.URL{Path: path}, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
 	}
-	var out ResponseBuffer
+	var out runtime.ResponseBuffer
 	_, err := c.Do(ctx, &runtime.Invocation{Request: req, Path: path, Deadline: deadline, Trigger: []byte("{}")}, &out)
 	if err != nil {
 		return 0, nil, err

@@ -91,7 +91,7 @@ func (f *fakeInstance) client() *wire.Client {
 
 // do sends one invocation with the given method and limit, with a deadline
 // far enough away that only a hang reaches it.
-func do(t *testing.T, c *wire.Client, method string, maxResponse int64) (*wire.ResponseBuffer, runtime.Result, error) {
+func do(t *testing.T, c *wire.Client, method string, maxResponse int64) (*runtime.ResponseBuffer, runtime.Result, error) {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://fn/", nil)
 	if err != nil {
@@ -100,9 +100,9 @@ func do(t *testing.T, c *wire.Client, method string, maxResponse int64) (*wire.R
 	return send(t, c, req, maxResponse)
 }
 
-func send(t *testing.T, c *wire.Client, req *http.Request, maxResponse int64) (*wire.ResponseBuffer, runtime.Result, error) {
+func send(t *testing.T, c *wire.Client, req *http.Request, maxResponse int64) (*runtime.ResponseBuffer, runtime.Result, error) {
 	t.Helper()
-	var out wire.ResponseBuffer
+	var out runtime.ResponseBuffer
 	res, err := c.Do(context.Background(), &runtime.Invocation{ID: "inv", Request: req, Path: "/",
 		Deadline: time.Now().Add(10 * time.Second), Trigger: []byte(`{"kind":"http"}`), MaxResponseBytes: maxResponse}, &out)
 	return &out, res, err
