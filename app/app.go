@@ -21,16 +21,12 @@ import (
 
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/internal/server"
-	"sless.kube5s.ru/sless/modules/build/buildfx"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 	"sless.kube5s.ru/sless/modules/invoke/proxy"
-	"sless.kube5s.ru/sless/modules/runtime"
-	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
-	"sless.kube5s.ru/sless/modules/storage"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
 	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
 )
@@ -41,31 +37,27 @@ const StopTimeout = 30 * time.Second
 // Options returns the fx options of the embedded-mode server for a validated
 // configuration whose API token is known. plugins are added as they are.
 func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.Option {
+	return options(embedded, c, token, log, plugins...)
+}
+
+// options returns the fx options of a server of mode m: the modules, and
+// the implementations of their contracts that m chooses.
+func options(m mode, c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.Option {
 	return fx.Options(
 		fx.WithLogger(func() fxevent.Logger { return newFxLogger(log) }),
 		fx.Supply(log, c),
-		fx.Provide(
-			newRegistry,
-			func(lc fx.Lifecycle) (storage.Blobs, error) { return newBlobs(lc, c) },
-		),
+		fx.Provide(newRegistry),
+		implementations(c, token, choose(m)),
 		fx.Supply(
 			server.Config{Listen: c.Listen, DataDir: c.DataDir},
 			storagefx.Config{DatabaseURL: c.DatabaseURL},
-			buildfx.Config{ArtifactDir: artifactDir(c), Limits: c.BuildLimits, Timeout: c.BuildTimeout},
 			functionsfx.Config{UploadLimits: c.BuildLimits, UploadDir: filepath.Join(c.DataDir, "tmp"), Workers: 4},
-			runtimefx.Config{
-				Executor: local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth, Pids: c.InstancePids},
-				Sandbox:  sandboxConfig(c),
-				Egress:   runtime.Egress(c.InstanceEgress),
-			},
 			invokefx.Config{Proxy: proxy.Config{MaxRequestBytes: c.MaxRequestBytes, MaxResultBytes: c.MaxResultBytes}, Retention: c.InvocationRetention,
 				Journal: journal.Options{Dir: filepath.Join(c.DataDir, "journal"), SyncInterval: c.JournalSync, MaxBytes: c.JournalMaxBytes}},
 			triggersfx.Config{Workers: 4},
 		),
-		authOptions(c, token),
 		storagefx.Module,
 		runtimefx.Module,
-		buildfx.Module,
 		functionsfx.Module,
 		invokefx.Module,
 		triggersfx.Module,

@@ -46,6 +46,20 @@ func TestEmbeddedGraph(t *testing.T) {
 	}
 }
 
+// TestClusterGraph validates the fx graph of the cluster mode, whose
+// members are still stubs: every module finds what it needs in either mode.
+// The stubs refuse to start, saying what is missing.
+func TestClusterGraph(t *testing.T) {
+	cfg := testConfig(t)
+	if err := fx.ValidateApp(options(cluster, cfg, "token-token-token-1", discard)); err != nil {
+		t.Fatal(err)
+	}
+	app := fx.New(options(cluster, cfg, "token-token-token-1", discard), fx.NopLogger)
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "is not built yet: the cluster mode cannot start") {
+		t.Errorf("starting the cluster mode: %v; want a refusal naming what is not built", err)
+	}
+}
+
 // TestEmbeddedStartStop starts the whole embedded server, checks that it
 // serves, and stops it.
 func TestEmbeddedStartStop(t *testing.T) {

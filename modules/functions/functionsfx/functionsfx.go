@@ -1,6 +1,7 @@
-// Package functionsfx provides the functions module of the embedded mode: the
-// store, the REST API, the reconciler driven by a work queue, and the removal
-// of the artifacts no function uses.
+// Package functionsfx provides the functions module: the REST API and the
+// removal of the artifacts no function uses (Module), and, for app/ to pick
+// in the embedded mode, the SQL store (SQLStore) and the reconciler driven by
+// a work queue (WorkQueue).
 package functionsfx
 
 import (
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"go.uber.org/fx"
-	"gorm.io/gorm"
 
 	"sless.kube5s.ru/sless/internal/controller"
 	"sless.kube5s.ru/sless/internal/httpx"
@@ -43,19 +43,28 @@ type Config struct {
 // invocation may run, so instances of replaced code have drained.
 const defaultArtifactGrace = time.Hour
 
-// Module is the functions module.
+// Module is the functions module. It needs a functions.Store and a
+// functions.ChangeNotifier (the driver of the reconciler), which app/ picks.
 var Module = fx.Module("functions",
-	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "functions") }),
-	fx.Provide(
-		fx.Annotate(newStore, fx.As(new(functions.Store))),
-		fx.Annotate(fnstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
-		newController,
-		httpx.AsRoutes(newAPI),
-	),
+	logger,
+	fx.Provide(httpx.AsRoutes(newAPI)),
 	fx.Invoke(startPruning),
 )
 
-func newStore(db *gorm.DB) *fnstore.Store { return fnstore.New(db) }
+// SQLStore provides functions.Store with the gorm store and its migrations.
+var SQLStore = fx.Module("functions-store",
+	fx.Provide(
+		fx.Annotate(fnstore.New, fx.As(new(functions.Store))),
+		fx.Annotate(fnstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
+	),
+)
+
+// WorkQueue provides the embedded driver of the reconciler, which is also
+// the functions.ChangeNotifier: a work queue of function keys, resynced at
+// start.
+var WorkQueue = fx.Module("functions-reconciler", logger, fx.Provide(newController))
+
+var logger = fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "functions") })
 
 // Controller is the embedded driver of the function reconciler.
 type Controller = controller.Controller[functions.Key]

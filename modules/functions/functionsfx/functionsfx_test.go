@@ -16,10 +16,13 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"sless.kube5s.ru/sless/internal/testenv"
-	"sless.kube5s.ru/sless/modules/build/buildfx"
+	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/local"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
+	"sless.kube5s.ru/sless/modules/runtime"
+	runlocal "sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/storage"
 	"sless.kube5s.ru/sless/modules/storage/blobfs"
@@ -31,8 +34,9 @@ type notSuspended struct{}
 
 func (notSuspended) Suspended(context.Context, functions.Key) (bool, error) { return false, nil }
 
-// TestModuleReconcilesChanges wires the functions module with the modules it
-// needs and checks that a change told to the notifier is built to Ready, and
+// TestModuleReconcilesChanges wires the functions module, its SQL store and
+// work-queue driver with the modules and local implementations they need,
+// and checks that a change told to the notifier is built to Ready, and
 // that the artifact of replaced code is removed after the grace period.
 func TestModuleReconcilesChanges(t *testing.T) {
 	dir := t.TempDir()
@@ -44,18 +48,31 @@ func TestModuleReconcilesChanges(t *testing.T) {
 		store    functions.Store
 		notifier functions.ChangeNotifier
 	)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	app := fxtest.New(t,
-		storagefx.Module, runtimefx.Module, buildfx.Module, functionsfx.Module,
+		storagefx.Module, runtimefx.Module, functionsfx.Module, functionsfx.SQLStore, functionsfx.WorkQueue,
 		fx.Supply(
-			slog.New(slog.NewTextHandler(io.Discard, nil)),
+			log,
 			storagefx.Config{DatabaseURL: "sqlite:" + filepath.Join(dir, "db")},
-			buildfx.Config{ArtifactDir: filepath.Join(dir, "artifacts"), Limits: safezip.DefaultLimits()},
 			functionsfx.Config{UploadLimits: safezip.DefaultLimits(), UploadDir: dir, Workers: 2,
 				ArtifactGrace: 100 * time.Millisecond},
-			runtimefx.Config{},
 			fx.Annotate(blobs, fx.As(new(storage.Blobs))),
 		),
-		fx.Provide(func() functions.Suspension { return notSuspended{} }),
+		fx.Provide(
+			func() functions.Suspension { return notSuspended{} },
+			func(lc fx.Lifecycle, reg *runtime.Registry) (build.Builder, error) {
+				b, err := local.New(local.Config{Dir: filepath.Join(dir, "artifacts"), Limits: safezip.DefaultLimits()}, blobs, reg, nil, log)
+				if err == nil {
+					lc.Append(fx.Hook{OnStart: b.Start, OnStop: b.Stop})
+				}
+				return b, err
+			},
+			func(lc fx.Lifecycle, reg *runtime.Registry) runtime.Deployer {
+				e := runlocal.New(runlocal.Config{}, reg, log)
+				lc.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
+				return e
+			},
+		),
 		fx.Populate(&store, &notifier),
 	)
 	app.RequireStart()

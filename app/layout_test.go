@@ -1,0 +1,44 @@
+package app
+
+import (
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestImplementationsArePickedInApp checks the rule that only app/ picks
+// implementations: the builders, executors and blob stores are imported by
+// app/ alone (and by the implementation that they are a part of), so that
+// every other package reaches them through their contracts; the /fn proxy,
+// for one, does not know the local executor's protocol.
+func TestImplementationsArePickedInApp(t *testing.T) {
+	const mod = "sless.kube5s.ru/sless/"
+	allowed := map[string][]string{
+		"modules/build/local":     {"app"},
+		"modules/runtime/local":   {"app"},
+		"modules/runtime/wire":    {"modules/runtime/local"},
+		"modules/runtime/sandbox": {"app", "modules/runtime/local", "cmd/sless"}, // cmd/sless runs sandbox.Init
+		"modules/storage/blobfs":  {"app"},
+		"modules/storage/blobs3":  {"app"},
+	}
+	gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, mod+"...")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], mod)
+		for _, imp := range fields[1:] {
+			who, ok := allowed[strings.TrimPrefix(imp, mod)]
+			if ok && !slices.Contains(who, pkg) {
+				t.Errorf("%s imports the implementation %s; reach it through its contract, chosen in app/", pkg, imp)
+			}
+		}
+	}
+}
