@@ -82,17 +82,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 	if st.Artifact == "" {
 		return res, errors.Join(r.deployer.Undeploy(ctx, key.Namespace, key.Name), r.setStatus(ctx, fn, st))
 	}
-	t := Target(fn, &st)
-	if t.Suspended, err = r.suspension.Suspended(ctx, key); err != nil {
-		return res, err
-	}
-	rollout, err := r.deployer.Deploy(ctx, t)
+	// A build's result is recorded even when the deploy fails: the builder
+	// reported it once.
+	rollout, err := r.deploy(ctx, fn, &st)
 	switch {
 	case errors.Is(err, runtime.ErrUnsupported):
 		// Rather than serve otherwise than asked (an open network for
 		// public egress), the function does not serve.
 		if err := r.deployer.Undeploy(ctx, key.Namespace, key.Name); err != nil {
-			return res, err
+			return res, errors.Join(err, r.setStatus(ctx, fn, st))
 		}
 		st.Phase = functions.PhaseFailed
 		st.Message = runtime.ErrUnsupported.Error() + ": " + runtime.PublicMessage(err, "the server log has the details")
@@ -100,7 +98,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 			Reason: functions.ReasonUnsupported, Message: st.Message, ObservedGeneration: fn.Generation}, now)
 		return res, r.setStatus(ctx, fn, st)
 	case err != nil:
-		return res, fmt.Errorf("deploying %s: %w", key, err)
+		return res, errors.Join(err, r.setStatus(ctx, fn, st))
 	}
 	// Ready only once the new version serves: a client that sees Ready
 	// reaches it.
@@ -117,6 +115,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 		}
 	}
 	return res, r.setStatus(ctx, fn, st)
+}
+
+// deploy deploys st's artifact for fn, suspended or not.
+func (r *Reconciler) deploy(ctx context.Context, fn *functions.Function, st *functions.Status) (runtime.Rollout, error) {
+	t := Target(fn, st)
+	var err error
+	if t.Suspended, err = r.suspension.Suspended(ctx, fn.Key()); err != nil {
+		return runtime.Rollout{}, err
+	}
+	rollout, err := r.deployer.Deploy(ctx, t)
+	if err != nil {
+		return rollout, fmt.Errorf("deploying %s: %w", fn.Key(), err)
+	}
+	return rollout, nil
 }
 
 // build advances the build state machine of fn's code in st, starting the

@@ -77,18 +77,17 @@ func (b *fakeBuilder) count() int {
 // fakeExecutor records what is deployed; notReady is the Waiting of a
 // rollout that is not serving yet.
 type fakeExecutor struct {
-	mu       sync.Mutex
-	deployed map[string]runtime.Target
-	// refuse, when set, is Deploy's error.
-	refuse   error
-	notReady string
+	mu        sync.Mutex
+	deployed  map[string]runtime.Target
+	notReady  string
+	deployErr error
 }
 
 func (e *fakeExecutor) Deploy(_ context.Context, t runtime.Target) (runtime.Rollout, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.refuse != nil {
-		return runtime.Rollout{}, e.refuse
+	if e.deployErr != nil {
+		return runtime.Rollout{}, e.deployErr
 	}
 	e.deployed[t.Namespace+"/"+t.Name] = t
 	return runtime.Rollout{Ready: e.notReady == "", Waiting: e.notReady}, nil
@@ -407,6 +406,26 @@ func TestReadyWaitsForTheRollout(t *testing.T) {
 	}
 }
 
+// A build's result is recorded even when deploying it fails, so that the
+// retry deploys it without building again.
+func TestDeployFailureKeepsTheBuild(t *testing.T) {
+	ctx := context.Background()
+	store, b, r, key := setup(t)
+	if _, err := store.SetCode(ctx, key, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, key)
+	executor.deployErr = errors.New("no room")
+	if _, err := r.Reconcile(ctx, key); err == nil {
+		t.Fatal("a failed deploy was not reported")
+	}
+	executor.deployErr = nil
+	fn := reconcileAndGet(t, store, r, key)
+	if b.count() != 1 || fn.Status.Phase != functions.PhaseReady {
+		t.Errorf("after the retry: %d builds, phase %s; want 1 and Ready", b.count(), fn.Status.Phase)
+	}
+}
+
 func TestInfrastructureErrorsAreNotShown(t *testing.T) {
 	ctx := context.Background()
 	store, b, r, key := setup(t)
@@ -503,13 +522,13 @@ func TestUnsupportedTargetFailsAndIsNotServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconcileAndGet(t, store, r, key)
-	executor.refuse = runtime.Errorf(runtime.ErrUnsupported, `egress "public" is not available`, errors.New("a detail for the log"))
+	executor.deployErr = runtime.Errorf(runtime.ErrUnsupported, `egress "public" is not available`, errors.New("a detail for the log"))
 	fn := reconcileAndGet(t, store, r, key)
 	if _, ok := executor.get(key); ok || fn.Status.Phase != functions.PhaseFailed ||
 		fn.Status.Message != `this server cannot run the function as specified: egress "public" is not available` {
 		t.Errorf("refused: phase %s %q, deployed %v; want Failed with the reason, not deployed", fn.Status.Phase, fn.Status.Message, ok)
 	}
-	executor.refuse = nil
+	executor.deployErr = nil
 	fn = reconcileAndGet(t, store, r, key)
 	if _, ok := executor.get(key); !ok || fn.Status.Phase != functions.PhaseReady || fn.Status.Message != "" {
 		t.Errorf("accepted again: phase %s %q, deployed %v; want Ready, deployed", fn.Status.Phase, fn.Status.Message, ok)
