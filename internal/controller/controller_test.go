@@ -141,3 +141,31 @@ func TestStopCancelsReconciles(t *testing.T) {
 		t.Fatalf("Stop: %v", err)
 	}
 }
+
+// A reconcile that waits for something returns a RequeueAfter instead of
+// holding its worker, and is called again after it.
+func TestRequeueAfter(t *testing.T) {
+	calls := make(chan time.Time, 10)
+	n := 0
+	rec := func(ctx context.Context, key string) (reconciler.Result, error) {
+		calls <- time.Now()
+		if n++; n == 1 {
+			return reconciler.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+		return reconciler.Result{}, nil
+	}
+	c := controller.New("test", rec, func(context.Context) ([]string, error) { return []string{"k"}, nil }, 1, discard)
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(context.Background())
+	first := <-calls
+	select {
+	case again := <-calls:
+		if d := again.Sub(first); d < 50*time.Millisecond {
+			t.Errorf("reconciled again after %s; want at least the 50ms asked for", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not reconciled again after its RequeueAfter")
+	}
+}
