@@ -185,7 +185,10 @@ func (b *Builder) Cancel(_ context.Context, namespace, function string) error {
 // meanwhile (it is then no longer the function's job).
 func (b *Builder) run(ctx context.Context, fk string, j *job, req build.Request) {
 	defer j.cancel()
+	start := time.Now()
 	res, err := b.buildNow(ctx, req)
+	b.log.DebugContext(ctx, "build ended", "namespace", req.Namespace, "function", req.Function,
+		"code_sha256", req.CodeSHA256, "reused", res.Reused, "duration", time.Since(start), "error", err)
 	b.mu.Lock()
 	j.res, j.err = res, err
 	close(j.done)
