@@ -11,13 +11,15 @@
 // a process started with their env instead.
 //
 // Memory is limited per instance with a memory cgroup where the server may
-// create one, else with RLIMIT_DATA, and processes with a pids cgroup (see
-// memoryLimiter).
+// create one, else with RLIMIT_DATA, and processes with a pids cgroup, else,
+// for sandboxed instances, RLIMIT_NPROC (see memoryLimiter).
 //
 // With Config.Sandbox, every process (spares included) runs in a sandbox of
 // its own (see package sandbox): a spare is generic until specialize mounts
 // its function's artifact read-only on its /code, so that cold starts keep
-// skipping the interpreter's start.
+// skipping the interpreter's start. A rootless sandbox binds the code when
+// the process starts instead (sandbox.CodeAtStart): there are no spares, and
+// a cold start includes the interpreter's.
 package local
 
 import (
@@ -136,7 +138,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.dir = dir
 	e.baseEnv = baseEnv(e.cfg.Sandbox != nil)
-	e.mem = newMemoryLimiter(filepath.Base(dir), e.cfg.Pids)
+	e.mem = newMemoryLimiter(filepath.Base(dir), e.cfg.Pids, e.cfg.Sandbox != nil)
 	e.log.Info("instance memory limits", "mechanism", e.mem.mode)
 	e.egress = newEgressCgroups(e.cfg.Egress, e.cfg.EgressUnavailable, e.mem, filepath.Base(dir), e.log)
 	if e.cfg.PublicEgress && e.egress.filter == nil {
@@ -208,7 +210,7 @@ func (e *Executor) Deploy(_ context.Context, t runtime.Target) (runtime.Rollout,
 		pl = newPool(e, k, t)
 		e.pools[k] = pl
 	}
-	if e.cfg.Spares > 0 && !readsStartupEnv(p, t.Env) {
+	if e.cfg.Spares > 0 && !e.startsFresh(p, &t) {
 		e.sparesLocked(p).ensure()
 	}
 	e.mu.Unlock()
@@ -271,8 +273,8 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 	}
 	env := e.functionEnv(t)
 	var pr *process
-	if readsStartupEnv(p, t.Env) {
-		pr, err = e.spawn(ctx, p, envList(env))
+	if e.startsFresh(p, t) {
+		pr, err = e.spawn(ctx, p, envList(env), t.Artifact)
 	} else {
 		e.mu.Lock()
 		s := e.sparesLocked(p)
@@ -298,15 +300,23 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 	return pr, nil
 }
 
-// spawn starts a generic process of p with env.
-func (e *Executor) spawn(ctx context.Context, p runtime.Provider, env []string) (*process, error) {
+// startsFresh reports whether t's instances start a process of their own
+// rather than specialize a spare: when p reads t's env only at start, or
+// when the sandbox binds the code at start.
+func (e *Executor) startsFresh(p runtime.Provider, t *runtime.Target) bool {
+	return readsStartupEnv(p, t.Env) || e.cfg.Sandbox.CodeAtStart()
+}
+
+// spawn starts a generic process of p with env; code is the artifact it
+// will serve, "" for a spare.
+func (e *Executor) spawn(ctx context.Context, p runtime.Provider, env []string, code string) (*process, error) {
 	wrapper, err := e.wrapper(p)
 	if err != nil {
 		return nil, err
 	}
 	l := launch{wrapper: wrapper, dir: e.dir, id: fmt.Sprintf("i%d", e.nextID.Add(1)), env: env, exited: e.live.Done}
 	if e.cfg.Sandbox != nil {
-		if l.box, err = e.cfg.Sandbox.NewInstance(filepath.Join(e.dir, l.id)); err != nil {
+		if l.box, err = e.cfg.Sandbox.NewInstance(filepath.Join(e.dir, l.id), code); err != nil {
 			return nil, err
 		}
 	}
@@ -448,7 +458,7 @@ func (s *spares) ensure() {
 func (s *spares) startOne() {
 	ctx, cancel := context.WithTimeout(s.e.ctx, s.e.cfg.StartTimeout)
 	defer cancel()
-	pr, err := s.e.spawn(ctx, s.p, s.e.baseEnv)
+	pr, err := s.e.spawn(ctx, s.p, s.e.baseEnv, "")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.starting--
@@ -481,7 +491,7 @@ func (s *spares) take(ctx context.Context) (*process, error) {
 	if pr != nil {
 		return pr, nil
 	}
-	return s.e.spawn(ctx, s.p, s.e.baseEnv)
+	return s.e.spawn(ctx, s.p, s.e.baseEnv, "")
 }
 
 // drain stops pre-starting and returns the ready spares.

@@ -27,7 +27,10 @@ import (
 //
 // It also bounds the processes (threads included) of each instance with the
 // pids controller where there is one: of the same cgroup v2, or of the v1
-// pids hierarchy.
+// pids hierarchy; else, for sandboxed instances, with RLIMIT_NPROC, which
+// counts the processes of a uid in a user namespace: of one instance alone,
+// as each has a uid (root mode) or a user namespace (rootless mode) of its
+// own.
 type memoryLimiter struct {
 	// mode names the mechanisms, for the start-up log.
 	mode string
@@ -38,6 +41,9 @@ type memoryLimiter struct {
 	// cgroups under parent limit pids too.
 	pidsParent string
 	pids2      bool
+	// nproc says RLIMIT_NPROC limits the processes of instances without a
+	// pids cgroup.
+	nproc bool
 	// pidsMax is the limit of an instance running one invocation at a time.
 	pidsMax int
 }
@@ -52,9 +58,10 @@ const parentPrefix = "sless-"
 
 // newMemoryLimiter finds a writable memory cgroup below the server's own and
 // creates the parent of the instances' cgroups there, named after the server's
-// pid and name, or falls back to RLIMIT_DATA. It removes the cgroups that
-// servers killed before their stop left behind.
-func newMemoryLimiter(name string, pidsMax int) *memoryLimiter {
+// pid and name, or falls back to RLIMIT_DATA (and, when every instance has a
+// process count of its own, sandboxed, RLIMIT_NPROC). It removes the cgroups
+// that servers killed before their stop left behind.
+func newMemoryLimiter(name string, pidsMax int, ownProcessCount bool) *memoryLimiter {
 	m := newMemoryCgroups(name)
 	m.pidsMax = pidsMax
 	switch {
@@ -69,7 +76,12 @@ func newMemoryLimiter(name string, pidsMax int) *memoryLimiter {
 				m.mode += ", pids cgroup v1 " + parent
 			}
 		}
-		if m.pidsParent == "" {
+		switch {
+		case m.pidsParent != "":
+		case ownProcessCount:
+			m.nproc = true
+			m.mode += ", RLIMIT_NPROC (no writable pids cgroup)"
+		default:
 			m.mode += ", no pids limit (no writable pids cgroup)"
 		}
 	}
@@ -216,9 +228,23 @@ func (cg *memCgroup) killAll() {
 // positive), and its processes to the pids limit plus one thread per
 // concurrent invocation.
 func (m *memoryLimiter) limit(cg *memCgroup, pid, limitMB, concurrency int) error {
-	if cg != nil && cg.pidsDir != "" && concurrency > 1 {
-		if err := cg.setPidsMax(m.pidsMax + concurrency); err != nil {
-			return err
+	pids := m.pidsMax
+	if concurrency > 1 {
+		pids += concurrency
+	}
+	switch {
+	case cg != nil && cg.pidsDir != "":
+		if pids != m.pidsMax {
+			if err := cg.setPidsMax(pids); err != nil {
+				return err
+			}
+		}
+	case m.nproc:
+		// Lowering a limit needs no privilege: the server shares the
+		// instance's uid outside in the rootless mode.
+		n := uint64(pids)
+		if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
+			return fmt.Errorf("limiting the processes of process %d: %w", pid, err)
 		}
 	}
 	if limitMB <= 0 {

@@ -82,10 +82,8 @@ func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memory
 		// server.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	} else {
-		var inside string
-		sock, inside = l.box.Socket()
 		wrapper := "/sless/" + filepath.Base(l.wrapper)
-		cmd = l.box.Command(interp, append(args, wrapper, "--listen", "unix:"+inside, "--ready-fd", "3"), l.env,
+		cmd = l.box.Command(interp, append(args, wrapper, "--listen", "unix:"+sandbox.SocketPath, "--ready-fd", "3"), l.env,
 			[]sandbox.Bind{{Src: l.wrapper, Dst: wrapper}})
 	}
 	cmd.ExtraFiles = []*os.File{readW}
@@ -95,7 +93,11 @@ func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memory
 		return fail(fmt.Errorf("starting %s: %w", interp, err))
 	}
 	readW.Close()
-	pr := &process{runtime: p.Name(), cmd: cmd, client: wire.NewClient(wire.UnixDialer(sock)), done: make(chan struct{}), log: lw, box: l.box}
+	dial := wire.UnixDialer(sock)
+	if l.box != nil {
+		dial = sandbox.Dialer(cmd.Process)
+	}
+	pr := &process{runtime: p.Name(), cmd: cmd, client: wire.NewClient(dial), done: make(chan struct{}), log: lw, box: l.box}
 	// Attached before the exit watcher starts, so that the watcher removes
 	// the cgroup whenever the process ends.
 	cg, err := mem.attach(cmd.Process.Pid, l.id)

@@ -13,8 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Main is the init of a sandbox: it runs as root in the new namespaces the
-// server started it in, sets the sandbox up from the JSON spec in args[0] and
+// Main is the init of a sandbox: it runs with every capability of the new
+// namespaces the server started it in (as root, or as the server's uid in a
+// new user namespace), sets the sandbox up from the JSON spec in args[0] and
 // execs the program. It returns an exit status only when that fails (or
 // after a probe).
 func Main(args []string) int {
@@ -77,6 +78,12 @@ func setup(spec *Spec) error {
 	}
 	if spec.Code != "" {
 		if err := bind(root, Bind{Src: spec.Code, Dst: CodeDir}); err != nil {
+			return err
+		}
+	}
+	if spec.SocketDir != "" {
+		opts := fmt.Sprintf("size=64k,nr_inodes=64,mode=0700,uid=%d,gid=%d", spec.UID, spec.UID)
+		if err := mountAt(root, spec.SocketDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 			return err
 		}
 	}
@@ -222,19 +229,32 @@ func drop(spec *Spec) error {
 		limits[unix.RLIMIT_NPROC] = uint64(spec.NProc)
 	}
 	for res, v := range limits {
+		// Never above the server's own hard limit, which only root may
+		// raise.
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(res, &cur); err == nil && cur.Max < v {
+			v = cur.Max
+		}
 		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
 			return fmt.Errorf("setting limit %d: %w", res, err)
 		}
 	}
-	// syscall's credential calls apply to every thread of the process.
-	if err := syscall.Setgroups(nil); err != nil {
-		return fmt.Errorf("dropping groups: %w", err)
+	// syscall's credential calls apply to every thread of the process. In
+	// a user namespace the uid and gid are already the only mapped ones.
+	if !spec.UserNS {
+		if err := syscall.Setgroups(nil); err != nil {
+			return fmt.Errorf("dropping groups: %w", err)
+		}
 	}
 	if err := syscall.Setgid(spec.UID); err != nil {
 		return fmt.Errorf("switching to gid %d: %w", spec.UID, err)
 	}
 	if err := syscall.Setuid(spec.UID); err != nil {
 		return fmt.Errorf("switching to uid %d: %w", spec.UID, err)
+	}
+	// The rootless init's capability, which would survive the exec.
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
 	}
 	// Changing credentials cleared the parent-death signal.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {

@@ -2,8 +2,11 @@ package sandbox
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseMode(t *testing.T) {
@@ -57,5 +60,42 @@ func TestUIDsAreNeverShared(t *testing.T) {
 	freeA()
 	if c, _, err := s.allocUID(); err != nil || c != a {
 		t.Errorf("after freeing %d: got %d, %v", a, c, err)
+	}
+}
+
+// The root mode needs root with the capabilities to switch uids, give files
+// away and mount; anything less is the rootless mode, and says why.
+func TestRootPrivilege(t *testing.T) {
+	all := uint64(1)<<unix.CAP_SETUID | 1<<unix.CAP_SETGID | 1<<unix.CAP_CHOWN | 1<<unix.CAP_SYS_ADMIN
+	for _, tt := range []struct {
+		euid int
+		caps uint64
+		root bool
+		why  string
+	}{
+		{0, ^uint64(0), true, ""},
+		{0, all, true, ""},
+		{0, all &^ (1 << unix.CAP_SYS_ADMIN), false, "runs as root without CAP_SYS_ADMIN"},
+		{0, 0, false, "runs as root without CAP_CHOWN, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN"},
+		{1000, all, false, "runs as uid 1000, not root"},
+		{1000, 0, false, "runs as uid 1000, not root"},
+	} {
+		root, why := rootPrivilege(tt.euid, tt.caps)
+		if root != tt.root || !strings.Contains(why, tt.why) {
+			t.Errorf("rootPrivilege(%d, %#x) = %v, %q; want %v, %q", tt.euid, tt.caps, root, why, tt.root, tt.why)
+		}
+	}
+}
+
+// Root without those capabilities gets no rootless sandbox either: mapped to
+// uid 0 of its namespace, the program would keep that namespace's
+// capabilities.
+func TestRootlessRefusesUID0(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs uid 0")
+	}
+	s := &Sandbox{cfg: Config{TmpMB: 1}, userNS: true, used: map[int]bool{}}
+	if err := s.probe("the server runs as root without CAP_SYS_ADMIN"); err == nil || !strings.Contains(err.Error(), "ordinary user") {
+		t.Errorf("probe as uid 0 in a user namespace: %v; want a refusal", err)
 	}
 }

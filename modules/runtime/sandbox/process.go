@@ -1,41 +1,59 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // Instance is the sandbox of one instance process, kept in a directory of
-// the server's (inside its 0700 runtime directory): run/ holds the socket
-// (a 64 KiB tmpfs owned by the instance's uid, 0700), code/ is the shared
-// mount point its function's code is mounted on, root/ is where its init
-// mounts its root.
+// the server's (inside its 0700 runtime directory): root/ is where its init
+// mounts its root and, in the root mode, code/ is the shared mount point its
+// function's code is mounted on.
 type Instance struct {
-	sb      *Sandbox
-	dir     string
-	uid     int
+	sb  *Sandbox
+	dir string
+	uid int
+	// code is the code bound at start (rootless mode), or "".
+	code    string
 	release func()
 }
 
-// socketDir is where an instance sees its run/ directory.
+// socketDir is where an instance's socket lives: a 64 KiB tmpfs of its own
+// mount namespace (mode 0700), which it can fill no further and no other
+// instance sees.
 const socketDir = "/run/sless"
 
+// SocketPath is where an instance's wrapper listens, inside its sandbox;
+// the server connects with Dialer.
+const SocketPath = socketDir + "/s.sock"
+
 // NewInstance prepares the sandbox of one instance in dir, which must not
-// exist. Release undoes it.
-func (s *Sandbox) NewInstance(dir string) (*Instance, error) {
+// exist. Code is the directory of the function's code when it is known at
+// start; it is required when CodeAtStart, and otherwise MountCode mounts the
+// code later (code is then unused). Release undoes it.
+func (s *Sandbox) NewInstance(dir, code string) (*Instance, error) {
+	if s.CodeAtStart() && code == "" {
+		return nil, errors.New("preparing an instance sandbox: the rootless mode needs the code at start")
+	}
 	uid, release, err := s.allocUID()
 	if err != nil {
 		return nil, err
 	}
 	in := &Instance{sb: s, dir: dir, uid: uid, release: release}
+	if s.CodeAtStart() {
+		in.code = code
+	}
 	if err := in.prepare(); err != nil {
 		in.Release()
 		return nil, fmt.Errorf("preparing an instance sandbox: %w", err)
@@ -44,20 +62,20 @@ func (s *Sandbox) NewInstance(dir string) (*Instance, error) {
 }
 
 func (in *Instance) prepare() error {
-	for _, d := range []string{in.dir, in.path("run"), in.path("code"), in.path("root")} {
+	for _, d := range []string{in.dir, in.path("root")} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return err
 		}
 	}
-	// A small tmpfs of its own: the instance writes its socket there and
-	// can fill nothing else.
-	opts := fmt.Sprintf("size=64k,nr_inodes=64,mode=0700,uid=%d,gid=%d", in.uid, in.uid)
-	if err := unix.Mount("tmpfs", in.path("run"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("mounting the socket directory: %w", err)
+	if in.code != "" {
+		return nil
+	}
+	code := in.path("code")
+	if err := os.Mkdir(code, 0o700); err != nil {
+		return err
 	}
 	// A shared mount point: what MountCode mounts on it later appears in
 	// the instance's mount namespace too, whose copy of it is a slave.
-	code := in.path("code")
 	if err := unix.Mount(code, code, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding the code mount point: %w", err)
 	}
@@ -69,35 +87,61 @@ func (in *Instance) prepare() error {
 
 func (in *Instance) path(name string) string { return filepath.Join(in.dir, name) }
 
-// UID is the instance's uid (and gid).
-func (in *Instance) UID() int { return in.uid }
-
-// Socket returns the path of the instance's socket on the server's side and
-// inside the sandbox.
-func (in *Instance) Socket() (host, inside string) {
-	return in.path("run/s.sock"), socketDir + "/s.sock"
+// Dialer returns the dialer of the socket of the instance whose init proc
+// is, which the caller started and has not waited for yet. It connects
+// through the instance's root, /proc/PID/root, and refuses a connection made
+// after the process ended, when the pid may name another process.
+func Dialer(proc *os.Process) func(ctx context.Context) (net.Conn, error) {
+	path := fmt.Sprintf("/proc/%d/root%s", proc.Pid, SocketPath)
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return nil, err
+		}
+		// Alive now, so alive when the path was resolved: os.Process
+		// signals through a pidfd, which never reaches a reused pid.
+		if err := proc.Signal(syscall.Signal(0)); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("connecting to instance %d: %w", proc.Pid, err)
+		}
+		return c, nil
+	}
 }
 
 // Command returns the command that runs program with args and env in the
-// instance's sandbox, with binds (the wrapper) made visible read-only.
-// Its process is the init: the caller attaches it to cgroups and waits for it.
+// instance's sandbox, with binds (the wrapper) made visible read-only and a
+// socket directory at SocketPath's. Its process is the init: the caller
+// attaches it to cgroups and waits for it.
 func (in *Instance) Command(program string, args, env []string, binds []Bind) *exec.Cmd {
+	code := in.code
+	if code == "" {
+		code = in.path("code")
+	}
 	spec := Spec{
-		Root:  in.path("root"),
-		Binds: append(append(programBinds(program), binds...), Bind{Src: in.path("run"), Dst: socketDir, RW: true}),
-		Code:  in.path("code"),
-		TmpMB: in.sb.cfg.TmpMB,
-		UID:   in.uid,
-		Dir:   "/tmp",
-		Argv:  append([]string{program}, args...),
-		Env:   env,
+		Root:      in.path("root"),
+		Binds:     append(programBinds(program), binds...),
+		Code:      code,
+		SocketDir: socketDir,
+		TmpMB:     in.sb.cfg.TmpMB,
+		UID:       in.uid,
+		Dir:       "/tmp",
+		Argv:      append([]string{program}, args...),
+		Env:       env,
 	}
 	return in.sb.command(spec)
 }
 
 // MountCode makes the directory artifact visible, read-only, at CodeDir
 // inside the instance. It is a few system calls, fit for the cold start.
+// In the rootless mode the code was bound at start, and artifact must be it.
 func (in *Instance) MountCode(artifact string) error {
+	if in.code != "" {
+		if artifact != in.code {
+			return fmt.Errorf("the instance was started with the code %s, not %s", filepath.Base(in.code), filepath.Base(artifact))
+		}
+		return nil
+	}
 	fd, err := unix.OpenTree(unix.AT_FDCWD, artifact, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return fmt.Errorf("opening the code for the instance: %w", err)
@@ -119,23 +163,24 @@ func (in *Instance) Release() {
 	if in == nil {
 		return
 	}
-	code := in.path("code")
-	// The code (when mounted) and the mount point's own bind.
-	for range 2 {
-		if err := unix.Unmount(code, unix.MNT_DETACH); err != nil {
-			break
+	if in.code == "" {
+		code := in.path("code")
+		// The code (when mounted) and the mount point's own bind.
+		for range 2 {
+			if err := unix.Unmount(code, unix.MNT_DETACH); err != nil {
+				break
+			}
 		}
 	}
-	unix.Unmount(in.path("run"), unix.MNT_DETACH)
 	os.RemoveAll(in.dir)
 	in.release()
 }
 
 // Confine rewrites cmd, a dependency install run in dir (the code being
-// built), to run in a sandbox of its own: its own uid, owning dir for the
-// time of the install, dir writable and bound at its own path, the system's
-// files and the tool's installation read-only, a private /tmp (also its
-// HOME, so that caches are private), and the network of the server. The
+// built), to run in a sandbox of its own: its own uid (root mode; owning dir
+// for the time of the install), dir writable and bound at its own path, the
+// system's files and the tool's installation read-only, a private /tmp (also
+// its HOME, so that caches are private), and the network of the server. The
 // returned release gives dir back to the server's user once cmd has ended.
 func (s *Sandbox) Confine(cmd *exec.Cmd, dir string) (release func(), err error) {
 	uid, free, err := s.allocUID()
@@ -147,14 +192,21 @@ func (s *Sandbox) Confine(cmd *exec.Cmd, dir string) (release func(), err error)
 		free()
 		return nil, err
 	}
+	// In the rootless mode the install runs as the server's uid: dir is
+	// already its own.
+	handOver := !s.userNS
 	release = func() {
-		chownTree(dir, os.Geteuid(), os.Getegid())
+		if handOver {
+			chownTree(dir, os.Geteuid(), os.Getegid())
+		}
 		os.RemoveAll(root)
 		free()
 	}
-	if err := chownTree(dir, uid, uid); err != nil {
-		release()
-		return nil, fmt.Errorf("handing the build directory to the install: %w", err)
+	if handOver {
+		if err := chownTree(dir, uid, uid); err != nil {
+			release()
+			return nil, fmt.Errorf("handing the build directory to the install: %w", err)
+		}
 	}
 	env := Env(filepath.Dir(cmd.Path))
 	for _, kv := range cmd.Env {

@@ -6,20 +6,39 @@
 // the server's own binary in new mount, pid, IPC and UTS namespaces. The init
 // side (Main) builds a root filesystem of its own in a tmpfs: the system's
 // runtime files (/usr, /etc, the interpreter's prefix) read-only, the paths
-// the caller binds, a size-limited /tmp, a /proc of the new pid namespace and
-// a minimal /dev. It pivots into it, switches to an unprivileged uid of its
-// own, sets no_new_privs, loads a seccomp filter and execs the program, which
-// is pid 1 of its namespace: when it ends, the kernel kills every process it
-// started.
+// the caller binds, a size-limited /tmp, a small tmpfs for its socket, a
+// /proc of the new pid namespace and a minimal /dev. It pivots into it,
+// switches to its uid, sets no_new_privs, loads a seccomp filter and execs
+// the program, which is pid 1 of its namespace: when it ends, the kernel
+// kills every process it started.
 //
 // Mount namespaces were chosen over Landlock (ABI 7 on the reference kernel)
 // because they hide what Landlock can only refuse (the server's /proc, the
 // data directory's layout) and give each process its own /proc and /tmp;
 // Landlock cannot replace the pid namespace or a private tmpfs.
 //
-// The sandbox needs root (to switch uids and mount in the server's namespace,
-// which is how a pre-started instance gets its function's code at specialize
-// time). Without root, "auto" turns it off and says so, "require" refuses.
+// The sandbox has two modes, which differ only in credentials and in how an
+// instance gets its code; the namespaces, mounts, filter and limits are the
+// same code:
+//
+//   - root: a server that runs as root (with CAP_SETUID, CAP_SETGID,
+//     CAP_CHOWN and CAP_SYS_ADMIN) gives every process tree a uid of its own
+//     from a range, and mounts a function's code into a pre-started spare at
+//     specialize time, from its own mount namespace;
+//   - rootless: any other server starts every process in a new user
+//     namespace too, where the server's uid and gid are the only ids (both
+//     seen as the server's uid number) and the process has no capability
+//     outside. Every
+//     process runs as the server's uid outside, so the mount and pid
+//     namespaces are what keep the data directory and the other instances
+//     out of reach. The server cannot mount into a running process without
+//     privileges, so an instance's code is bound when it starts (no generic
+//     spares), and the supplementary groups of the server's user stay (an
+//     unprivileged user namespace may not drop them).
+//
+// New probes the mode the server's privileges allow by starting a real
+// sandbox; where neither works, "auto" turns the sandbox off and says why,
+// "require" refuses.
 package sandbox
 
 import (
@@ -29,6 +48,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,7 +76,8 @@ type Config struct {
 	// embedders opt in (the server's setting defaults to auto).
 	Mode Mode
 	// FirstUID and UIDs are the range of uids (and equal gids) given to
-	// confined processes, one per process; defaults 200000 and 65536.
+	// confined processes in the root mode, one per process; defaults 200000
+	// and 65536.
 	FirstUID, UIDs int
 	// TmpMB is the size of an instance's /tmp (and /dev/shm); default 64.
 	TmpMB int
@@ -64,7 +85,8 @@ type Config struct {
 	// npm unpack and cache packages; default 1024.
 	BuildTmpMB int
 	// BuildProcs limits the processes (threads included) of a dependency
-	// install (RLIMIT_NPROC of its own uid); default 512.
+	// install (RLIMIT_NPROC, counted per uid and user namespace: of the
+	// install alone); default 512.
 	BuildProcs int
 }
 
@@ -121,6 +143,9 @@ func Init() {
 type Sandbox struct {
 	cfg Config
 	exe string
+	// userNS is the rootless mode: every process in a user namespace of its
+	// own, as the server's uid and gid.
+	userNS bool
 
 	mu   sync.Mutex
 	next int          // next uid offset to try
@@ -141,8 +166,9 @@ func New(cfg Config) (sb *Sandbox, reason string, err error) {
 	if cfg.FirstUID+cfg.UIDs > 1<<31-2 {
 		return nil, "", fmt.Errorf("the sandbox uid range %d+%d is too large", cfg.FirstUID, cfg.UIDs)
 	}
-	sb = &Sandbox{cfg: cfg, used: map[int]bool{}}
-	if err := sb.probe(); err != nil {
+	root, why := rootPrivilege(os.Geteuid(), effectiveCaps())
+	sb = &Sandbox{cfg: cfg, used: map[int]bool{}, userNS: !root}
+	if err := sb.probe(why); err != nil {
 		if cfg.Mode == ModeRequire {
 			return nil, "", fmt.Errorf("the sandbox is required but unavailable: %w", err)
 		}
@@ -151,24 +177,77 @@ func New(cfg Config) (sb *Sandbox, reason string, err error) {
 	return sb, "", nil
 }
 
-// Describe lists the protections in force, for the start-up log.
+// Describe names the mode and lists the protections in force, for the
+// start-up log.
 func (s *Sandbox) Describe() string {
 	if s == nil {
 		return "none"
 	}
-	return fmt.Sprintf("own uid per process (%d-%d), mount+pid+ipc+uts namespaces, read-only code and system files, "+
-		"private /tmp (%d MiB), no_new_privs, seccomp filter, process tree killed with its init",
-		s.cfg.FirstUID, s.cfg.FirstUID+s.cfg.UIDs-1, s.cfg.TmpMB)
+	mode := fmt.Sprintf("root mode: own uid per process (%d-%d)", s.cfg.FirstUID, s.cfg.FirstUID+s.cfg.UIDs-1)
+	if s.userNS {
+		mode = fmt.Sprintf("rootless mode: user namespace per process as the server's uid %d, no capabilities outside, "+
+			"code bound at start (no pre-started spares)", os.Geteuid())
+	}
+	return fmt.Sprintf("%s, mount+pid+ipc+uts namespaces, read-only code and system files, "+
+		"private /tmp (%d MiB), no_new_privs, seccomp filter, process tree killed with its init", mode, s.cfg.TmpMB)
+}
+
+// Rootless reports whether the sandbox runs in the rootless mode, where
+// every confined process runs as the server's uid in a user namespace of its
+// own (and the server has no privilege over cgroups or network hooks).
+func (s *Sandbox) Rootless() bool { return s != nil && s.userNS }
+
+// CodeAtStart reports whether an instance's code must be given to
+// NewInstance: in the rootless mode the server cannot mount into a running
+// process, so there are no generic spares to specialize. False on nil.
+func (s *Sandbox) CodeAtStart() bool { return s.Rootless() }
+
+// rootCaps are the capabilities of the root mode: switching to the range's
+// uids, giving a build directory to its install's uid, mounting.
+var rootCaps = map[string]uint{"CAP_SETUID": unix.CAP_SETUID, "CAP_SETGID": unix.CAP_SETGID,
+	"CAP_CHOWN": unix.CAP_CHOWN, "CAP_SYS_ADMIN": unix.CAP_SYS_ADMIN}
+
+// rootPrivilege reports whether a server with effective uid euid and the
+// effective capability set caps may use the root mode, and otherwise why not.
+func rootPrivilege(euid int, caps uint64) (bool, string) {
+	var missing []string
+	for name, c := range rootCaps {
+		if caps&(1<<c) == 0 {
+			missing = append(missing, name)
+		}
+	}
+	slices.Sort(missing)
+	switch {
+	case euid != 0:
+		return false, fmt.Sprintf("the server runs as uid %d, not root", euid)
+	case len(missing) > 0:
+		return false, "the server runs as root without " + strings.Join(missing, ", ")
+	}
+	return true, ""
+}
+
+// effectiveCaps returns the effective capability set of the process (0 when
+// it cannot be read).
+func effectiveCaps() uint64 {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return 0
+	}
+	return uint64(data[1].Effective)<<32 | uint64(data[0].Effective)
 }
 
 // probe starts the init in probe mode: it sets everything up as for a real
-// process, checks that the seccomp filter refuses mount(2), and exits.
-func (s *Sandbox) probe() error {
+// process, checks that the seccomp filter refuses mount(2), and exits. Why
+// says why the server has no root privilege, in the rootless mode.
+func (s *Sandbox) probe(why string) error {
 	if !handlesInit {
 		return errors.New("this binary does not run " + InitCommand)
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("the server does not run as root (needed to switch uids and mount code into instances)")
+	if s.userNS && os.Geteuid() == 0 {
+		// Mapped to uid 0 inside, the program would keep the namespace's
+		// capabilities across exec.
+		return errors.New(why + ": run it as an ordinary user for the rootless mode, or with those capabilities")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -185,19 +264,55 @@ func (s *Sandbox) probe() error {
 		return err
 	}
 	defer release()
-	cmd := s.command(Spec{Root: dir, UID: uid, TmpMB: 1, Argv: []string{"probe"}, Probe: true})
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("the sandbox test process failed (%v): %s", err, strings.TrimSpace(string(out)))
+	cmd := s.command(Spec{Root: dir, UID: uid, TmpMB: 1, SocketDir: socketDir, Argv: []string{"probe"}, Probe: true})
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		if s.userNS {
+			return fmt.Errorf("%s, and the kernel refuses it a user namespace (%v)%s", why, err, userNSKnobs())
+		}
+		return fmt.Errorf("starting the sandbox test process: %w", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		err = fmt.Errorf("the sandbox test process failed (%v): %s", err, strings.TrimSpace(out.String()))
+		if knobs := userNSKnobs(); s.userNS && knobs != "" {
+			return fmt.Errorf("%s, and the kernel refuses it a user namespace (%w)%s", why, err, knobs)
+		}
+		if s.userNS {
+			return fmt.Errorf("%s, and the rootless mode does not work here: %w", why, err)
+		}
+		return err
 	}
 	return nil
+}
+
+// userNSKnobs names the kernel settings that restrict unprivileged user
+// namespaces and are set so, as "; name is value" (empty when none is).
+// They differ between distributions.
+func userNSKnobs() string {
+	var b strings.Builder
+	for _, k := range []struct{ file, restrictive string }{
+		{"kernel/unprivileged_userns_clone", "0"},
+		{"user/max_user_namespaces", "0"},
+		{"kernel/apparmor_restrict_unprivileged_userns", "1"},
+	} {
+		if v, err := os.ReadFile("/proc/sys/" + k.file); err == nil && strings.TrimSpace(string(v)) == k.restrictive {
+			fmt.Fprintf(&b, "; sysctl %s is %s", strings.ReplaceAll(k.file, "/", "."), k.restrictive)
+		}
+	}
+	return b.String()
 }
 
 // ErrNoUID is returned when every uid of the range is in use.
 var ErrNoUID = errors.New("every uid of the sandbox range is in use; widen --sandbox-uids")
 
 // allocUID returns a free uid of the range and the func that frees it, or
-// ErrNoUID: two process trees never share a uid.
+// ErrNoUID: two process trees never share a uid. In the rootless mode it is
+// the server's own uid, shared by all.
 func (s *Sandbox) allocUID() (int, func(), error) {
+	if s.userNS {
+		return os.Geteuid(), func() {}, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for range s.cfg.UIDs {
@@ -217,6 +332,7 @@ func (s *Sandbox) allocUID() (int, func(), error) {
 
 // command returns the command that runs spec's init.
 func (s *Sandbox) command(spec Spec) *exec.Cmd {
+	spec.UserNS = s.userNS
 	data, _ := json.Marshal(spec)
 	cmd := exec.Command(s.exe, InitCommand, string(data))
 	// The init's own environment is empty: the program gets spec.Env.
@@ -226,6 +342,17 @@ func (s *Sandbox) command(spec Spec) *exec.Cmd {
 		Setpgid:    true,
 		// The init sets it again after switching uids, which clears it.
 		Pdeathsig: syscall.SIGKILL,
+	}
+	if spec.UserNS {
+		// The other namespaces belong to the new user namespace. Go denies
+		// setgroups(2) in it before writing the gid map, as unprivileged
+		// mappings require. The init is not root there, so only an ambient
+		// capability survives its exec: CAP_SYS_ADMIN of the namespace, to
+		// mount; the init clears it before the program's exec.
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: spec.UID, HostID: os.Geteuid(), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: spec.UID, HostID: os.Getegid(), Size: 1}}
+		cmd.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
 	}
 	return cmd
 }
@@ -243,12 +370,21 @@ type Spec struct {
 	// Root is an empty host directory the init mounts the new root on.
 	Root  string `json:"root"`
 	Binds []Bind `json:"binds,omitempty"`
-	// Code, when set, is a host mount point (made shared by the server)
-	// that appears read-only at CodeDir: what the server mounts there
-	// later propagates into the sandbox.
+	// Code, when set, is a host directory that appears read-only at
+	// CodeDir: the code itself (rootless mode), or a mount point made shared
+	// by the server, so that what it mounts there later propagates into the
+	// sandbox (root mode).
 	Code  string `json:"code,omitempty"`
 	TmpMB int    `json:"tmp_mb"`
-	UID   int    `json:"uid"`
+	// SocketDir, when set, is where a 64 KiB tmpfs of the program's own
+	// holds its socket; the server reaches it through /proc/PID/root.
+	SocketDir string `json:"socket_dir,omitempty"`
+	// UID is the uid and gid the program runs as.
+	UID int `json:"uid"`
+	// UserNS says the init runs in a new user namespace (rootless mode),
+	// where UID maps to the server's uid and gid: it keeps the server's
+	// supplementary groups, which such a namespace may not drop.
+	UserNS bool `json:"user_ns,omitempty"`
 	// NProc, when positive, is RLIMIT_NPROC.
 	NProc int      `json:"nproc,omitempty"`
 	Dir   string   `json:"dir,omitempty"`

@@ -4,10 +4,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
+	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
 
@@ -16,7 +18,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// newSandbox returns a required sandbox, skipping where the machine has none.
+// newSandbox returns the sandbox of the mode the test process's privileges
+// allow; a machine without one is an unavailable service.
 func newSandbox(t *testing.T) *sandbox.Sandbox {
 	t.Helper()
 	sb, reason, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeAuto})
@@ -24,16 +27,57 @@ func newSandbox(t *testing.T) *sandbox.Sandbox {
 		t.Fatal(err)
 	}
 	if sb == nil {
-		t.Skipf("no sandbox here: %s", reason)
+		testenv.Unavailable(t, "no sandbox here: %s", reason)
 	}
 	return sb
+}
+
+// The mode follows the privileges: root gets its own uids, anyone else a
+// user namespace; the start-up description names it.
+func TestModeMatchesPrivilege(t *testing.T) {
+	sb := newSandbox(t)
+	want := "root mode: own uid per process"
+	if os.Geteuid() != 0 {
+		want = "rootless mode: user namespace per process as the server's uid " + strconv.Itoa(os.Geteuid())
+	}
+	if got := sb.Describe(); !strings.HasPrefix(got, want) || sb.Rootless() != (os.Geteuid() != 0) {
+		t.Errorf("Describe() = %q, Rootless() = %v; want %q...", got, sb.Rootless(), want)
+	}
+}
+
+// rootlessTests are the tests TestRootless runs again as an unprivileged
+// user.
+const rootlessTests = "^(TestModeMatchesPrivilege|TestInstanceSeesOnlyItsOwnWorld|TestConfineRunsAToolInItsDirectory|TestCodeMountedAfterStartAppears)$"
+
+// TestRootless runs the sandbox's tests again in a copy of the test binary
+// started as an unprivileged user: the rootless mode must confine as well.
+func TestRootless(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the tests run unprivileged already")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.UnprivilegedCopy(t, exe), "-test.run", rootlessTests, "-test.v", "-test.count=1")
+	cmd.Dir = testenv.UnprivilegedDir(t)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + cmd.Dir, testenv.EnvRequireServices + "=" + os.Getenv(testenv.EnvRequireServices)}
+	cmd.SysProcAttr = testenv.AsUnprivileged()
+	out, err := cmd.CombinedOutput()
+	t.Logf("as uid %d:\n%s", testenv.UnprivilegedUID, out)
+	switch {
+	case err != nil:
+		t.Fatalf("the tests failed as an unprivileged user: %v", err)
+	case strings.Contains(string(out), "--- SKIP"):
+		t.Skip("the rootless sandbox is unavailable here (see above)")
+	}
 }
 
 // shell runs script with /bin/sh in a fresh instance sandbox whose code is
 // dir, and returns its output.
 func shell(t *testing.T, sb *sandbox.Sandbox, code, script string) (string, error) {
 	t.Helper()
-	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"))
+	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"), code)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +115,9 @@ func TestInstanceSeesOnlyItsOwnWorld(t *testing.T) {
 		{"cannot mount", "mount -t tmpfs none /tmp 2>/dev/null && echo mounted || echo refused", "refused"},
 		{"cannot create namespaces", "unshare -U true 2>/dev/null && echo unshared || echo refused", "refused"},
 		{"has no_new_privs and a filter", "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -s ' \\t' ' '", "NoNewPrivs: 1\nSeccomp: 2"},
-		{"has no capabilities", "grep CapEff /proc/self/status | tr -d ' \\t'", "CapEff:0000000000000000"},
+		{"has no capabilities", "grep -E '^Cap(Prm|Eff|Amb)' /proc/self/status | tr -d ' \\t' | tr '\\n' ' '",
+			"CapPrm:0000000000000000 CapEff:0000000000000000 CapAmb:0000000000000000"},
+		{"cannot fill its socket directory", "dd if=/dev/zero of=/run/sless/f bs=1k count=1024 2>/dev/null && echo filled || echo refused", "refused"},
 		{"has an empty environment but the documented one", "env | sort | tr '\\n' ' '", "HOME=/tmp LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PWD=/tmp TMPDIR=/tmp"},
 	}
 	for _, tt := range tests {
@@ -127,16 +173,29 @@ func TestConfineRunsAToolInItsDirectory(t *testing.T) {
 }
 
 // A spare is started before its function is known: code mounted after the
-// process started must appear in it, read-only.
+// process started must appear in it, read-only. In the rootless mode the
+// code is bound at start and no other code may be mounted later.
 func TestCodeMountedAfterStartAppears(t *testing.T) {
 	sb := newSandbox(t)
 	code := t.TempDir()
 	if err := os.WriteFile(filepath.Join(code, "f"), []byte("late"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"))
+	atStart := ""
+	if sb.CodeAtStart() {
+		if _, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"), ""); err == nil {
+			t.Error("a rootless instance was prepared without its code")
+		}
+		atStart = code
+	}
+	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"), atStart)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sb.CodeAtStart() {
+		if err := in.MountCode(t.TempDir()); err == nil {
+			t.Error("a rootless instance took other code than its own")
+		}
 	}
 	defer in.Release()
 	script := "for i in $(seq 300); do if [ -e /code/f ]; then cat /code/f; touch /code/g 2>/dev/null && echo writable; exit 0; fi; sleep 0.1; done; echo missing"
