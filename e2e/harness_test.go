@@ -41,6 +41,10 @@ type serverOptions struct {
 	// maxFileBlocks, when set, is the server's `ulimit -f`: a file it
 	// writes cannot grow past that many blocks (512 or 1024 bytes, by shell).
 	maxFileBlocks int
+	// unprivileged runs the server as testenv.UnprivilegedUID, with the
+	// system's PATH and a data directory of its own (the test must be
+	// root); the test keeps root's view of everything.
+	unprivileged bool
 }
 
 // server is a running `sless server`.
@@ -57,6 +61,12 @@ type server struct {
 // startServer starts sless server and waits until it answers /readyz.
 func startServer(t *testing.T, opts serverOptions) *server {
 	t.Helper()
+	if opts.unprivileged {
+		if os.Geteuid() != 0 {
+			t.Skip("starting a server as another user needs root")
+		}
+		opts.dataDir = filepath.Join(testenv.UnprivilegedDir(t), "data")
+	}
 	if opts.dataDir == "" {
 		opts.dataDir = t.TempDir()
 	}
@@ -90,6 +100,13 @@ func (s *server) start() {
 	s.cmd.Env = append(cleanEnv(), s.opts.env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if s.opts.unprivileged {
+		// Only what an ordinary user of the machine has: the system's
+		// python3.11 and node, a binary it may read.
+		s.cmd.Path = testenv.UnprivilegedCopy(t, binary)
+		s.cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + filepath.Dir(s.opts.dataDir), "LANG=C.UTF-8"}, s.opts.env...)
+		s.cmd.SysProcAttr = testenv.AsUnprivileged()
+	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,15 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"sless.kube5s.ru/sless/internal/testenv"
 )
 
 // attackerPy runs every probe of the escape suite from inside a Python
@@ -266,11 +269,50 @@ type sandboxInfo struct {
 // server's start-up log.
 var limitsLine = regexp.MustCompile(`mechanism="cgroup v[12] (\S+/sless-\d+-sless-run-[0-9-]+)`)
 
+// serverCanary is a credential in the server's environment that no instance
+// may see.
+const serverCanary = "AWS_SECRET_ACCESS_KEY=server-canary-credential"
+
+// The escape suite against a server of the sandbox's root mode (rootless when
+// the test does not run as root).
 func TestSandboxEscapes(t *testing.T) {
-	s := startServer(t, serverOptions{env: []string{"AWS_SECRET_ACCESS_KEY=server-canary-credential"}})
-	if !strings.Contains(s.logs.String(), "instances and builds are sandboxed") {
-		t.Skip("the server runs without the sandbox here (needs root): " + firstLine(s.logs.String(), "not sandboxed"))
+	s := startServer(t, serverOptions{env: []string{serverCanary}})
+	requireSandbox(t, s)
+	escapeSuite(t, s)
+}
+
+// The escape suite against a server started as an ordinary user: the
+// rootless mode, in user namespaces, must stop every probe too.
+func TestRootlessSandboxEscapes(t *testing.T) {
+	s := startServer(t, serverOptions{env: []string{serverCanary}, unprivileged: true})
+	requireSandbox(t, s, "rootless mode")
+	escapeSuite(t, s)
+}
+
+// requireSandbox ends t unless s's start-up log says its instances are
+// sandboxed (in the mode named, if any). A kernel that refuses unprivileged
+// user namespaces, or root without the capabilities of the root mode (a
+// container), is an unavailable service; any other reason is a failure.
+func requireSandbox(t *testing.T, s *server, mode ...string) {
+	t.Helper()
+	logs := s.logs.String()
+	if line := firstLine(logs, "instances and builds are sandboxed"); line != "" {
+		for _, m := range mode {
+			if !strings.Contains(line, m) {
+				t.Fatalf("the sandbox is not in the %s: %s", m, line)
+			}
+		}
+		return
 	}
+	reason := firstLine(logs, "not sandboxed")
+	if strings.Contains(reason, "refuses it a user namespace") || strings.Contains(reason, "runs as root without CAP_") {
+		testenv.Unavailable(t, "the server runs without the sandbox here: %s", reason)
+	}
+	t.Fatalf("the server runs without the sandbox: %s", reason)
+}
+
+// escapeSuite deploys a victim and attackers on s and runs every probe.
+func escapeSuite(t *testing.T, s *server) {
 	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": victimPy}), "--name", "victim", "--runtime", "python3.11",
 		"--env", "SECRET=victim-secret-xyz", "--min-instances", "1")
 	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": attackerPy}), "--name", "attacker", "--runtime", "python3.11",
@@ -324,6 +366,7 @@ func TestSandboxEscapes(t *testing.T) {
 
 	t.Run("a fork bomb stops at the pids limit", func(t *testing.T) {
 		code, _, out := s.post("/fn/default/attacker", `{"mode": "forkbomb"}`)
+		t.Logf("fork bomb: %d %s", code, out)
 		if code != 200 || !strings.Contains(out, "stopped after") {
 			t.Errorf("fork bomb: %d %s; want it stopped by the pids limit", code, out)
 		}
@@ -402,14 +445,6 @@ func (s *server) sandboxInfo(t *testing.T) sandboxInfo {
 			}
 		}
 	}
-	runDirs, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("sless-run-%d-*", info.ServerPid)))
-	for _, dir := range runDirs {
-		socks, _ := filepath.Glob(filepath.Join(dir, "i*", "run", "s.sock"))
-		info.Sockets = append(info.Sockets, socks...)
-	}
-	if len(info.Sockets) < 3 {
-		t.Fatalf("found %d instance sockets, want the three functions' and the spares'", len(info.Sockets))
-	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -426,6 +461,18 @@ func (s *server) sandboxInfo(t *testing.T) sandboxInfo {
 	}
 	if len(info.InstancePids) < 3 {
 		t.Fatalf("found %d instance processes, want at least 3", len(info.InstancePids))
+	}
+	// Each instance's socket is in its own mount namespace; the server
+	// reaches it through the instance's root.
+	for _, pid := range info.InstancePids {
+		sock := fmt.Sprintf("/proc/%d/root/run/sless/s.sock", pid)
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			info.Sockets = append(info.Sockets, sock)
+		}
+	}
+	if len(info.Sockets) < 3 {
+		t.Fatalf("reached %d instance sockets, want the three functions' and the spares'", len(info.Sockets))
 	}
 	return info
 }
@@ -458,13 +505,21 @@ func firstLine(text, sub string) string {
 }
 
 // A dependency install runs user code (npm's install scripts, pip's
-// setup.py): it runs as its own unprivileged uid and reaches nothing of the
-// platform, while its build directory stays writable.
+// setup.py): it runs as an unprivileged uid (its own in the root mode) and
+// reaches nothing of the platform, while its build directory stays writable.
 func TestSandboxedBuilds(t *testing.T) {
-	s := startServer(t, serverOptions{})
-	if !strings.Contains(s.logs.String(), "instances and builds are sandboxed") {
-		t.Skip("the server runs without the sandbox here (needs root): " + firstLine(s.logs.String(), "not sandboxed"))
+	for _, unprivileged := range []bool{false, true} {
+		t.Run(map[bool]string{false: "as root", true: "rootless"}[unprivileged], func(t *testing.T) {
+			s := startServer(t, serverOptions{unprivileged: unprivileged})
+			requireSandbox(t, s)
+			buildSuite(t, s)
+		})
 	}
+}
+
+// buildSuite deploys a function whose npm install script probes the
+// platform.
+func buildSuite(t *testing.T, s *server) {
 	token := filepath.Join(s.opts.dataDir, "api-token")
 	pwned := filepath.Join(s.opts.dataDir, "pwned")
 	script := fmt.Sprintf("id -u > uid.txt; (cat %s || echo refused) > token.txt 2>&1; touch %s 2>/dev/null; true", token, pwned)

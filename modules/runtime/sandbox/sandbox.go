@@ -27,14 +27,14 @@
 //     specialize time, from its own mount namespace;
 //   - rootless: any other server starts every process in a new user
 //     namespace too, where the server's uid and gid are the only ids (both
-//     seen as the server's uid number) and the process has no capability
-//     outside. Every
-//     process runs as the server's uid outside, so the mount and pid
-//     namespaces are what keep the data directory and the other instances
-//     out of reach. The server cannot mount into a running process without
-//     privileges, so an instance's code is bound when it starts (no generic
-//     spares), and the supplementary groups of the server's user stay (an
-//     unprivileged user namespace may not drop them).
+//     seen as the server's uid number, as uid and gid are equal in the root
+//     mode) and the process has no capability outside. Every process runs
+//     as the server's uid outside, so the mount and pid namespaces are what
+//     keep the data directory and the other instances out of reach. The
+//     server cannot mount into a running process without privileges, so an
+//     instance's code is bound when it starts (no generic spares), and the
+//     supplementary groups of the server's user stay (an unprivileged user
+//     namespace may not drop them).
 //
 // New probes the mode the server's privileges allow by starting a real
 // sandbox; where neither works, "auto" turns the sandbox off and says why,
@@ -268,22 +268,27 @@ func (s *Sandbox) probe(why string) error {
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
-		if s.userNS {
-			return fmt.Errorf("%s, and the kernel refuses it a user namespace (%v)%s", why, err, userNSKnobs())
+		if errno := syscall.Errno(0); s.userNS && errors.As(err, &errno) {
+			// clone(2) or writing the id maps failed.
+			return fmt.Errorf("%s, and the kernel refuses it a user namespace (%v)%s", why, errno, userNSKnobs())
 		}
 		return fmt.Errorf("starting the sandbox test process: %w", err)
 	}
-	if err := cmd.Wait(); err != nil {
-		err = fmt.Errorf("the sandbox test process failed (%v): %s", err, strings.TrimSpace(out.String()))
-		if knobs := userNSKnobs(); s.userNS && knobs != "" {
-			return fmt.Errorf("%s, and the kernel refuses it a user namespace (%w)%s", why, err, knobs)
-		}
-		if s.userNS {
-			return fmt.Errorf("%s, and the rootless mode does not work here: %w", why, err)
-		}
-		return err
+	err = cmd.Wait()
+	if err == nil {
+		return nil
 	}
-	return nil
+	err = fmt.Errorf("the sandbox test process failed (%v): %s", err, strings.TrimSpace(out.String()))
+	switch knobs := userNSKnobs(); {
+	case !s.userNS:
+		return err
+	case knobs != "":
+		// AppArmor's restriction lets clone(2) succeed without
+		// capabilities in the namespace: the first mount fails.
+		return fmt.Errorf("%s, and the kernel refuses it a user namespace (%w)%s", why, err, knobs)
+	default:
+		return fmt.Errorf("%s, and the rootless mode does not work here: %w", why, err)
+	}
 }
 
 // userNSKnobs names the kernel settings that restrict unprivileged user
