@@ -89,13 +89,29 @@ func (in *Instance) path(name string) string { return filepath.Join(in.dir, name
 
 // Dialer returns the dialer of the socket of the instance whose init proc
 // is, which the caller started and has not waited for yet. It connects
-// through the instance's root, /proc/PID/root, and refuses a connection made
+// through the instance's root, /proc/PID/root, to the socket itself: the
+// instance owns its socket directory, and a symlink it put there instead
+// would be followed in the server's namespace. It refuses a connection made
 // after the process ended, when the pid may name another process.
 func Dialer(proc *os.Process) func(ctx context.Context) (net.Conn, error) {
 	path := fmt.Sprintf("/proc/%d/root%s", proc.Pid, SocketPath)
 	var d net.Dialer
 	return func(ctx context.Context) (net.Conn, error) {
-		c, err := d.DialContext(ctx, "unix", path)
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return nil, fmt.Errorf("connecting to instance %d: its socket is not a socket", proc.Pid)
+		}
+		// The magic link names the inode fstat saw, whatever the path
+		// holds now.
+		c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,9 @@
 package sandbox_test
 
 import (
+	"context"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
@@ -47,7 +51,8 @@ func TestModeMatchesPrivilege(t *testing.T) {
 
 // rootlessTests are the tests TestRootless runs again as an unprivileged
 // user.
-const rootlessTests = "^(TestModeMatchesPrivilege|TestInstanceSeesOnlyItsOwnWorld|TestConfineRunsAToolInItsDirectory|TestCodeMountedAfterStartAppears)$"
+const rootlessTests = "^(TestModeMatchesPrivilege|TestInstanceSeesOnlyItsOwnWorld|TestConfineRunsAToolInItsDirectory|" +
+	"TestCodeMountedAfterStartAppears|TestDialerRefusesASymlinkedSocket)$"
 
 // TestRootless runs the sandbox's tests again in a copy of the test binary
 // started as an unprivileged user: the rootless mode must confine as well.
@@ -213,5 +218,56 @@ func TestCodeMountedAfterStartAppears(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out.String()); got != "late" {
 		t.Errorf("got %q, want the code, read-only", got)
+	}
+}
+
+// An instance owns its socket directory: a symlink it leaves there in place
+// of its socket must not lead the server to a socket of the host.
+func TestDialerRefusesASymlinkedSocket(t *testing.T) {
+	sb := newSandbox(t)
+	host := filepath.Join(t.TempDir(), "host.sock")
+	ln, err := net.Listen("unix", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	reached := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			reached <- struct{}{}
+		}
+	}()
+	code := t.TempDir()
+	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"), code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Release()
+	cmd := in.Command("/bin/sh", []string{"-c", "ln -s " + host + " " + sandbox.SocketPath + " && echo linked && exec sleep 60"}, sandbox.Env(), nil)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line := make([]byte, len("linked\n"))
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "linked\n" {
+		t.Fatalf("the instance did not make its link: %q, %v", line, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := sandbox.Dialer(cmd.Process)(ctx); err == nil {
+		c.Close()
+		t.Error("the dialer connected through the instance's symlink")
+	} else if !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("dial: %v; want a refusal of the symlink", err)
+	}
+	select {
+	case <-reached:
+		t.Error("the host's socket was reached")
+	case <-time.After(100 * time.Millisecond):
 	}
 }
