@@ -17,9 +17,10 @@
 // With Config.Sandbox, every process (spares included) runs in a sandbox of
 // its own (see package sandbox): a spare is generic until specialize mounts
 // its function's artifact read-only on its /code, so that cold starts keep
-// skipping the interpreter's start. A rootless sandbox binds the code when
-// the process starts instead (sandbox.CodeAtStart): there are no spares, and
-// a cold start includes the interpreter's.
+// skipping the interpreter's start. A rootless sandbox's spare cannot be
+// mounted into: its init waits for the code's path, and specialize hands it
+// over, which starts the interpreter; a cold start then skips the init's own
+// start but not the interpreter's.
 package local
 
 import (
@@ -210,7 +211,7 @@ func (e *Executor) Deploy(_ context.Context, t runtime.Target) (runtime.Rollout,
 		pl = newPool(e, k, t)
 		e.pools[k] = pl
 	}
-	if e.cfg.Spares > 0 && !e.startsFresh(p, &t) {
+	if e.cfg.Spares > 0 && !readsStartupEnv(p, t.Env) {
 		e.sparesLocked(p).ensure()
 	}
 	e.mu.Unlock()
@@ -273,7 +274,7 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 	}
 	env := e.functionEnv(t)
 	var pr *process
-	if e.startsFresh(p, t) {
+	if readsStartupEnv(p, t.Env) {
 		pr, err = e.spawn(ctx, p, envList(env), t.Artifact)
 	} else {
 		e.mu.Lock()
@@ -298,13 +299,6 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 		return nil, err
 	}
 	return pr, nil
-}
-
-// startsFresh reports whether t's instances start a process of their own
-// rather than specialize a spare: when p reads t's env only at start, or
-// when the sandbox binds the code at start.
-func (e *Executor) startsFresh(p runtime.Provider, t *runtime.Target) bool {
-	return readsStartupEnv(p, t.Env) || e.cfg.Sandbox.CodeAtStart()
 }
 
 // spawn starts a generic process of p with env; code is the artifact it

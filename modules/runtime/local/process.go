@@ -37,6 +37,10 @@ type process struct {
 	cgroup *memCgroup
 	// box is the process's sandbox, nil when instances are not confined.
 	box *sandbox.Instance
+	// ready, when set, is the ready pipe of a process whose wrapper starts
+	// only once specialize gave it its code (a rootless spare); the exit
+	// watcher closes it.
+	ready *os.File
 }
 
 // launch says where a new process lives.
@@ -52,8 +56,9 @@ type launch struct {
 }
 
 // startProcess starts a wrapper of runtime p, attaches it to cgroups of its
-// own and waits until it is ready. Confined, the process is the sandbox's
-// init, which becomes the wrapper: its pid is the wrapper's.
+// own and waits until it is ready (a rootless spare: until specialize).
+// Confined, the process is the sandbox's init, which becomes the wrapper:
+// its pid is the wrapper's.
 func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memoryLimiter, log *slog.Logger) (*process, error) {
 	// Until the exit watcher runs, failing undoes the launch here.
 	fail := func(err error) (*process, error) {
@@ -69,7 +74,12 @@ func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memory
 	if err != nil {
 		return fail(err)
 	}
-	defer readR.Close()
+	waitsForCode := l.box != nil && l.box.WaitsForCode()
+	defer func() {
+		if !waitsForCode {
+			readR.Close()
+		}
+	}()
 	lw := newLineLogger(log.With("runtime", p.Name()))
 	var cmd *exec.Cmd
 	sock := filepath.Join(l.dir, l.id+".sock")
@@ -107,8 +117,14 @@ func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memory
 		return fail(err)
 	}
 	pr.cgroup = cg
+	if waitsForCode {
+		pr.ready = readR
+	}
 	go func() {
 		pr.exitErr = cmd.Wait()
+		if pr.ready != nil {
+			pr.ready.Close()
+		}
 		lw.Flush()
 		pr.client.Close()
 		os.Remove(sock)
@@ -118,6 +134,9 @@ func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memory
 		close(pr.done)
 		l.exited()
 	}()
+	if waitsForCode {
+		return pr, nil
+	}
 	if err := pr.waitReady(ctx, readR); err != nil {
 		pr.kill()
 		<-pr.done
@@ -159,18 +178,25 @@ type specializeRequest struct {
 	Concurrency int               `json:"concurrency"`
 }
 
-// specialize loads the function's handler into the generic process after
-// limiting its memory.
+// specialize gives the generic process its code, limits its memory and
+// loads the function's handler.
 func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[string]string, mem *memoryLimiter) error {
-	if err := mem.limit(pr.cgroup, pr.cmd.Process.Pid, t.MemoryMB, t.Concurrency); err != nil {
-		return err
-	}
 	codeDir := t.Artifact
 	if pr.box != nil {
 		if err := pr.box.MountCode(t.Artifact); err != nil {
 			return runtime.Errorf(runtime.ErrStart, "the function's code could not be made available to the instance", err)
 		}
 		codeDir = sandbox.CodeDir
+	}
+	if pr.ready != nil {
+		if err := pr.waitReady(ctx, pr.ready); err != nil {
+			return runtime.Errorf(runtime.ErrStart, "the instance process could not be started; the server log has the details", err)
+		}
+	}
+	// Limited once the wrapper runs (a waiting rootless init is a larger
+	// program) and before the handler loads.
+	if err := mem.limit(pr.cgroup, pr.cmd.Process.Pid, t.MemoryMB, t.Concurrency); err != nil {
+		return err
 	}
 	body, _ := json.Marshal(specializeRequest{CodeDir: codeDir, Handler: t.Handler, Env: env,
 		Function: t.Name, Namespace: t.Namespace, Concurrency: t.Concurrency})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -76,11 +77,6 @@ func setup(spec *Spec) error {
 			return err
 		}
 	}
-	if spec.Code != "" {
-		if err := bind(root, Bind{Src: spec.Code, Dst: CodeDir}); err != nil {
-			return err
-		}
-	}
 	if spec.SocketDir != "" {
 		opts := fmt.Sprintf("size=64k,nr_inodes=64,mode=0700,uid=%d,gid=%d", spec.UID, spec.UID)
 		if err := mountAt(root, spec.SocketDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
@@ -93,8 +89,30 @@ func setup(spec *Spec) error {
 	if err := mountAt(root, "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
+	if spec.CodeFromStdin {
+		path, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
+		if err != nil || len(path) == 0 {
+			return fmt.Errorf("no code was given (%v)", err)
+		}
+		spec.Code = string(path)
+	}
+	if spec.Code != "" {
+		if err := bind(root, Bind{Src: spec.Code, Dst: CodeDir}); err != nil {
+			return err
+		}
+	}
 	if err := pivot(root); err != nil {
 		return err
+	}
+	if spec.CodeFromStdin {
+		null, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+		if err != nil {
+			return err
+		}
+		if err := unix.Dup3(null, 0, 0); err != nil {
+			return err
+		}
+		unix.Close(null)
 	}
 	if err := unix.Sethostname([]byte("sless")); err != nil {
 		return fmt.Errorf("setting the host name: %w", err)

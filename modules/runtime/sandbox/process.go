@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -20,13 +21,21 @@ import (
 // the server's (inside its 0700 runtime directory): root/ is where its init
 // mounts its root and, in the root mode, code/ is the shared mount point its
 // function's code is mounted on.
+//
+// In the rootless mode the server cannot mount into the instance: its init
+// binds the code itself before it pivots. An instance whose code is not
+// known at start (a spare) has its init set everything else up and wait, on
+// its stdin, for MountCode to name the code; its program starts only then.
 type Instance struct {
 	sb  *Sandbox
 	dir string
 	uid int
-	// code is the code bound at start (rootless mode), or "".
-	code    string
-	release func()
+	// code is the code of a rootless instance, once known.
+	code string
+	// codeR and codeW are the pipe a waiting rootless init reads its code's
+	// path from, until MountCode.
+	codeR, codeW *os.File
+	release      func()
 }
 
 // socketDir is where an instance's socket lives: a 64 KiB tmpfs of its own
@@ -40,18 +49,15 @@ const SocketPath = socketDir + "/s.sock"
 
 // NewInstance prepares the sandbox of one instance in dir, which must not
 // exist. Code is the directory of the function's code when it is known at
-// start; it is required when CodeAtStart, and otherwise MountCode mounts the
-// code later (code is then unused). Release undoes it.
+// start, else "" (a spare); MountCode gives it the code in either case.
+// Release undoes it.
 func (s *Sandbox) NewInstance(dir, code string) (*Instance, error) {
-	if s.CodeAtStart() && code == "" {
-		return nil, errors.New("preparing an instance sandbox: the rootless mode needs the code at start")
-	}
 	uid, release, err := s.allocUID()
 	if err != nil {
 		return nil, err
 	}
 	in := &Instance{sb: s, dir: dir, uid: uid, release: release}
-	if s.CodeAtStart() {
+	if s.userNS {
 		in.code = code
 	}
 	if err := in.prepare(); err != nil {
@@ -67,7 +73,13 @@ func (in *Instance) prepare() error {
 			return err
 		}
 	}
-	if in.code != "" {
+	if in.sb.userNS {
+		if in.code == "" {
+			var err error
+			if in.codeR, in.codeW, err = os.Pipe(); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 	code := in.path("code")
@@ -128,35 +140,42 @@ func Dialer(proc *os.Process) func(ctx context.Context) (net.Conn, error) {
 // Command returns the command that runs program with args and env in the
 // instance's sandbox, with binds (the wrapper) made visible read-only and a
 // socket directory at SocketPath's. Its process is the init: the caller
-// attaches it to cgroups and waits for it.
+// attaches it to cgroups and waits for it, and leaves its stdin alone.
 func (in *Instance) Command(program string, args, env []string, binds []Bind) *exec.Cmd {
-	code := in.code
-	if code == "" {
-		code = in.path("code")
-	}
 	spec := Spec{
-		Root:      in.path("root"),
-		Binds:     append(programBinds(program), binds...),
-		Code:      code,
-		SocketDir: socketDir,
-		TmpMB:     in.sb.cfg.TmpMB,
-		UID:       in.uid,
-		Dir:       "/tmp",
-		Argv:      append([]string{program}, args...),
-		Env:       env,
+		Root:          in.path("root"),
+		Binds:         append(programBinds(program), binds...),
+		Code:          in.code,
+		CodeFromStdin: in.codeR != nil,
+		SocketDir:     socketDir,
+		TmpMB:         in.sb.cfg.TmpMB,
+		UID:           in.uid,
+		Dir:           "/tmp",
+		Argv:          append([]string{program}, args...),
+		Env:           env,
 	}
-	return in.sb.command(spec)
+	if !in.sb.userNS {
+		spec.Code = in.path("code")
+	}
+	cmd := in.sb.command(spec)
+	if in.codeR != nil {
+		cmd.Stdin = in.codeR
+	}
+	return cmd
 }
+
+// WaitsForCode reports whether the instance's program starts only once
+// MountCode gave it its code (a rootless spare): the caller waits for the
+// program to be ready after MountCode, not after starting the command.
+func (in *Instance) WaitsForCode() bool { return in.codeR != nil }
 
 // MountCode makes the directory artifact visible, read-only, at CodeDir
 // inside the instance. It is a few system calls, fit for the cold start.
-// In the rootless mode the code was bound at start, and artifact must be it.
+// In the rootless mode it hands the path to the waiting init, or checks that
+// the code bound at start is artifact.
 func (in *Instance) MountCode(artifact string) error {
-	if in.code != "" {
-		if artifact != in.code {
-			return fmt.Errorf("the instance was started with the code %s, not %s", filepath.Base(in.code), filepath.Base(artifact))
-		}
-		return nil
+	if in.sb.userNS {
+		return in.handCode(artifact)
 	}
 	fd, err := unix.OpenTree(unix.AT_FDCWD, artifact, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
@@ -173,13 +192,39 @@ func (in *Instance) MountCode(artifact string) error {
 	return nil
 }
 
+// handCode gives a waiting rootless init the path of its code, once.
+func (in *Instance) handCode(artifact string) error {
+	if in.codeW == nil {
+		if artifact != in.code {
+			return fmt.Errorf("the instance was started with the code %s, not %s", filepath.Base(in.code), filepath.Base(artifact))
+		}
+		return nil
+	}
+	_, err := io.WriteString(in.codeW, artifact)
+	in.closeCodePipe()
+	if err != nil {
+		return fmt.Errorf("handing the code to the instance: %w", err)
+	}
+	in.code = artifact
+	return nil
+}
+
+func (in *Instance) closeCodePipe() {
+	if in.codeW != nil {
+		in.codeR.Close()
+		in.codeW.Close()
+		in.codeR, in.codeW = nil, nil
+	}
+}
+
 // Release unmounts the instance's code, removes its directory and frees its
 // uid. It runs once the process has exited; on nil it does nothing.
 func (in *Instance) Release() {
 	if in == nil {
 		return
 	}
-	if in.code == "" {
+	in.closeCodePipe()
+	if !in.sb.userNS {
 		code := in.path("code")
 		// The code (when mounted) and the mount point's own bind.
 		for range 2 {

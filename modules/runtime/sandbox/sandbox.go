@@ -31,8 +31,9 @@
 //     mode) and the process has no capability outside. Every process runs
 //     as the server's uid outside, so the mount and pid namespaces are what
 //     keep the data directory and the other instances out of reach. The
-//     server cannot mount into a running process without privileges, so an
-//     instance's code is bound when it starts (no generic spares), and the
+//     server cannot mount into a running process without privileges, so the
+//     init binds the code itself: a spare's init sets everything else up and
+//     waits for its code's path before it starts the interpreter. The
 //     supplementary groups of the server's user stay (an unprivileged user
 //     namespace may not drop them).
 //
@@ -186,7 +187,7 @@ func (s *Sandbox) Describe() string {
 	mode := fmt.Sprintf("root mode: own uid per process (%d-%d)", s.cfg.FirstUID, s.cfg.FirstUID+s.cfg.UIDs-1)
 	if s.userNS {
 		mode = fmt.Sprintf("rootless mode: user namespace per process as the server's uid %d, no capabilities outside, "+
-			"code bound at start (no pre-started spares)", os.Geteuid())
+			"code bound by the init (spares wait for it before the interpreter starts)", os.Geteuid())
 	}
 	return fmt.Sprintf("%s, mount+pid+ipc+uts namespaces, read-only code and system files, "+
 		"private /tmp (%d MiB), no_new_privs, seccomp filter, process tree killed with its init", mode, s.cfg.TmpMB)
@@ -196,11 +197,6 @@ func (s *Sandbox) Describe() string {
 // every confined process runs as the server's uid in a user namespace of its
 // own (and the server has no privilege over cgroups or network hooks).
 func (s *Sandbox) Rootless() bool { return s != nil && s.userNS }
-
-// CodeAtStart reports whether an instance's code must be given to
-// NewInstance: in the rootless mode the server cannot mount into a running
-// process, so there are no generic spares to specialize. False on nil.
-func (s *Sandbox) CodeAtStart() bool { return s.Rootless() }
 
 // rootCaps are the capabilities of the root mode: switching to the range's
 // uids, giving a build directory to its install's uid, mounting.
@@ -379,8 +375,12 @@ type Spec struct {
 	// CodeDir: the code itself (rootless mode), or a mount point made shared
 	// by the server, so that what it mounts there later propagates into the
 	// sandbox (root mode).
-	Code  string `json:"code,omitempty"`
-	TmpMB int    `json:"tmp_mb"`
+	Code string `json:"code,omitempty"`
+	// CodeFromStdin says the init reads Code from its stdin, until EOF,
+	// once everything else is set up: a rootless spare waits there for its
+	// function. The program's stdin is then /dev/null.
+	CodeFromStdin bool `json:"code_from_stdin,omitempty"`
+	TmpMB         int  `json:"tmp_mb"`
 	// SocketDir, when set, is where a 64 KiB tmpfs of the program's own
 	// holds its socket; the server reaches it through /proc/PID/root.
 	SocketDir string `json:"socket_dir,omitempty"`

@@ -178,32 +178,31 @@ func TestConfineRunsAToolInItsDirectory(t *testing.T) {
 }
 
 // A spare is started before its function is known: code mounted after the
-// process started must appear in it, read-only. In the rootless mode the
-// code is bound at start and no other code may be mounted later.
+// process started must appear in it, read-only. (In the rootless mode its
+// init waits for the code, and the program starts only then.)
 func TestCodeMountedAfterStartAppears(t *testing.T) {
 	sb := newSandbox(t)
 	code := t.TempDir()
 	if err := os.WriteFile(filepath.Join(code, "f"), []byte("late"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	atStart := ""
-	if sb.CodeAtStart() {
-		if _, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"), ""); err == nil {
-			t.Error("a rootless instance was prepared without its code")
+	if sb.Rootless() {
+		// Given at start, the code is the instance's for good.
+		in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"), code)
+		if err != nil {
+			t.Fatal(err)
 		}
-		atStart = code
-	}
-	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"), atStart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sb.CodeAtStart() {
 		if err := in.MountCode(t.TempDir()); err == nil {
 			t.Error("a rootless instance took other code than its own")
 		}
+		in.Release()
+	}
+	in, err := sb.NewInstance(filepath.Join(t.TempDir(), "i"), "")
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer in.Release()
-	script := "for i in $(seq 300); do if [ -e /code/f ]; then cat /code/f; touch /code/g 2>/dev/null && echo writable; exit 0; fi; sleep 0.1; done; echo missing"
+	script := "for i in $(seq 300); do if [ -e /code/f ]; then cat /code/f; echo; readlink /proc/self/fd/0; touch /code/g 2>/dev/null && echo writable; exit 0; fi; sleep 0.1; done; echo missing"
 	cmd := in.Command("/bin/sh", []string{"-c", script}, sandbox.Env(), nil)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -216,8 +215,8 @@ func TestCodeMountedAfterStartAppears(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
-	if got := strings.TrimSpace(out.String()); got != "late" {
-		t.Errorf("got %q, want the code, read-only", got)
+	if got := strings.TrimSpace(out.String()); got != "late\n/dev/null" {
+		t.Errorf("got %q, want the code, read-only, and /dev/null as stdin", got)
 	}
 }
 
