@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -19,7 +20,68 @@ import (
 
 func TestMain(m *testing.M) {
 	sandbox.Init()
+	if os.Getenv(noUserNSEnv) != "" {
+		if err := forbidUserNamespaces(); err != nil {
+			fmt.Fprintln(os.Stderr, "forbidding user namespaces:", err)
+			os.Exit(2)
+		}
+	}
 	os.Exit(m.Run())
+}
+
+// noUserNSEnv, set, makes the test binary, started as uid 0 of a user
+// namespace of its own (by TestRequireRefusesWithoutUserNamespaces), forbid
+// user namespaces below its own and become UnprivilegedUID there.
+const noUserNSEnv = "SLESS_TEST_NO_USER_NAMESPACES"
+
+func forbidUserNamespaces() error {
+	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
+		return err
+	}
+	if err := syscall.Setgid(testenv.UnprivilegedUID); err != nil {
+		return err
+	}
+	return syscall.Setuid(testenv.UnprivilegedUID)
+}
+
+// Where the kernel refuses an unprivileged user a user namespace (here:
+// user.max_user_namespaces is 0 in the namespace the test runs in), auto
+// runs unconfined and says why, and require refuses with that reason.
+func TestRequireRefusesWithoutUserNamespaces(t *testing.T) {
+	if os.Getenv(noUserNSEnv) == "" {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to start a user namespace with its own limit")
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(testenv.UnprivilegedCopy(t, exe), "-test.run", "^TestRequireRefusesWithoutUserNamespaces$", "-test.v", "-test.count=1")
+		cmd.Dir = testenv.UnprivilegedDir(t)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + cmd.Dir, noUserNSEnv + "=1"}
+		ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: testenv.UnprivilegedUID, HostID: testenv.UnprivilegedUID, Size: 1}}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: ids, GidMappings: ids,
+			GidMappingsEnableSetgroups: true, Credential: &syscall.Credential{Groups: []uint32{}}, Pdeathsig: syscall.SIGKILL}
+		out, err := cmd.CombinedOutput()
+		t.Logf("in a user namespace without nested ones:\n%s", out)
+		if err != nil || !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("the test failed there: %v", err)
+		}
+		return
+	}
+	want := []string{"runs as uid " + strconv.Itoa(testenv.UnprivilegedUID) + ", not root", "the kernel refuses it a user namespace",
+		"sysctl user.max_user_namespaces is 0"}
+	sb, reason, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeAuto})
+	t.Logf("auto: %s", reason)
+	for _, w := range want {
+		if sb != nil || err != nil || !strings.Contains(reason, w) {
+			t.Errorf("auto: %v, %q, %v; want no sandbox and a reason with %q", sb, reason, err, w)
+		}
+	}
+	sb, _, err = sandbox.New(sandbox.Config{Mode: sandbox.ModeRequire})
+	if sb != nil || err == nil || !strings.Contains(err.Error(), "required but unavailable: "+reason) {
+		t.Errorf("require: %v, %v; want the refusal %q", sb, err, reason)
+	}
 }
 
 // newSandbox returns the sandbox of the mode the test process's privileges
