@@ -90,9 +90,13 @@ func setup(spec *Spec) error {
 		return err
 	}
 	if spec.CodeFromStdin {
+		// EOF without a path: the server let the spare go.
 		path, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
-		if err != nil || len(path) == 0 {
-			return fmt.Errorf("no code was given (%v)", err)
+		switch {
+		case err != nil:
+			return fmt.Errorf("reading the code's path: %w", err)
+		case len(path) == 0:
+			return errors.New("no code was given")
 		}
 		spec.Code = string(path)
 	}
