@@ -33,13 +33,25 @@ type Client struct {
 	HTTP *http.Client
 }
 
-// FromEnv returns a client for SLESS_ENDPOINT and SLESS_TOKEN. When
-// SLESS_ENDPOINT is unset it finds the server running from the data
-// directory (SLESS_DATA_DIR, else the default one) and its generated token;
-// when it is set without SLESS_TOKEN and names that same server, it takes
-// that server's token. An endpoint without a scheme (HOST:PORT) is http.
+// FromEnv returns a client for SLESS_ENDPOINT and SLESS_TOKEN, as Resolve
+// finds it; its errors name those variables.
 func FromEnv() (*Client, error) {
-	endpoint, token := os.Getenv("SLESS_ENDPOINT"), os.Getenv("SLESS_TOKEN")
+	return resolve(os.Getenv("SLESS_ENDPOINT"), os.Getenv("SLESS_TOKEN"), "SLESS_ENDPOINT", "SLESS_TOKEN")
+}
+
+// Resolve returns a client for endpoint and token, which may be empty. With
+// no endpoint it finds the server running from the data directory
+// (SLESS_DATA_DIR, else the default one) and its generated token; with an
+// endpoint but no token it takes the generated token only when the endpoint
+// names that same server. An endpoint without a scheme (HOST:PORT) is http.
+// Its errors call the settings "endpoint" and "token".
+func Resolve(endpoint, token string) (*Client, error) {
+	return resolve(endpoint, token, "endpoint", "token")
+}
+
+// resolve is Resolve, naming the settings endpointName and tokenName in its
+// errors.
+func resolve(endpoint, token, endpointName, tokenName string) (*Client, error) {
 	dir := os.Getenv("SLESS_DATA_DIR")
 	if dir == "" {
 		var err error
@@ -59,7 +71,7 @@ func FromEnv() (*Client, error) {
 	} else {
 		var err error
 		if endpoint, err = parseEndpoint(endpoint); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s %w", endpointName, err)
 		}
 		if token == "" {
 			// Only to the local server: its token goes nowhere else.
@@ -69,13 +81,14 @@ func FromEnv() (*Client, error) {
 		}
 	}
 	if token == "" {
-		return nil, fmt.Errorf("no API token for %s: set SLESS_TOKEN", endpoint)
+		return nil, fmt.Errorf("no API token for %s: set %s", endpoint, tokenName)
 	}
 	return &Client{Endpoint: endpoint, Token: token}, nil
 }
 
-// parseEndpoint returns the base URL of the server that SLESS_ENDPOINT
-// names, as a URL or as HOST:PORT, without a trailing slash.
+// parseEndpoint returns the base URL of the server that an endpoint setting
+// names, as a URL or as HOST:PORT, without a trailing slash. Its error
+// starts with the quoted setting, for the caller to prefix with its name.
 func parseEndpoint(s string) (string, error) {
 	raw := strings.TrimSpace(s)
 	if !strings.Contains(raw, "://") {
@@ -83,7 +96,7 @@ func parseEndpoint(s string) (string, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("SLESS_ENDPOINT %q is not a server address: use http://HOST:PORT, https://HOST or HOST:PORT", s)
+		return "", fmt.Errorf("%q is not a server address: use http://HOST:PORT, https://HOST or HOST:PORT", s)
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }
@@ -287,6 +300,22 @@ func (c *Client) DeleteFunction(ctx context.Context, ns, name string) (*function
 func (c *Client) UploadCode(ctx context.Context, ns, name string, zip []byte) (*functions.Function, error) {
 	var out functions.Function
 	return &out, c.do(ctx, http.MethodPost, objPath("functions", ns, name)+"/upload", bytes.NewReader(zip), "application/zip", &out)
+}
+
+// Runtime is one runtime a server knows, as GET /v1/runtimes describes it.
+type Runtime struct {
+	Name           string `json:"name"`
+	DefaultHandler string `json:"default_handler"`
+	// DependencyFile is the manifest whose dependencies builds install.
+	DependencyFile string `json:"dependency_file,omitempty"`
+}
+
+// ListRuntimes returns the runtimes the server knows.
+func (c *Client) ListRuntimes(ctx context.Context) ([]Runtime, error) {
+	var out struct {
+		Items []Runtime `json:"items"`
+	}
+	return out.Items, c.doJSON(ctx, http.MethodGet, "/v1/runtimes", nil, &out)
 }
 
 // InvokeURL returns the URL that invokes a function over HTTP.

@@ -26,9 +26,14 @@ func TestParseEndpoint(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"ftp://host", "http://", "://x", "http://u:p@host", "http://host/?a=b", "host:port:x:"} {
-		_, err := parseEndpoint(in)
-		if err == nil || !strings.Contains(err.Error(), "SLESS_ENDPOINT") || strings.Contains(err.Error(), "first path segment") {
-			t.Errorf("parseEndpoint(%q): got %v, want an error about SLESS_ENDPOINT in its own words", in, err)
+		t.Setenv("SLESS_ENDPOINT", in)
+		_, err := FromEnv()
+		if err == nil || !strings.HasPrefix(err.Error(), "SLESS_ENDPOINT ") || strings.Contains(err.Error(), "first path segment") {
+			t.Errorf("SLESS_ENDPOINT=%q: got %v, want an error about SLESS_ENDPOINT in its own words", in, err)
+		}
+		_, err = Resolve(in, "token")
+		if err == nil || !strings.HasPrefix(err.Error(), "endpoint ") {
+			t.Errorf("Resolve(%q): got %v, want an error about the endpoint setting", in, err)
 		}
 	}
 }

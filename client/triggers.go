@@ -80,3 +80,16 @@ func (c *Client) WaitTriggerApplied(ctx context.Context, ns, name string, gen in
 			return t.Status.ObservedGeneration >= gen, "phase " + t.Status.Phase
 		})
 }
+
+// WaitTriggerGone polls a trigger until the server answers 404 for it: once
+// it returns, the trigger neither serves nor fires.
+func (c *Client) WaitTriggerGone(ctx context.Context, ns, name string) error {
+	_, err := poll(ctx, "trigger "+ns+"/"+name+" to be deleted", func() (bool, error) {
+		_, err := c.GetTrigger(ctx, ns, name)
+		if IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	}, func(gone bool) (bool, string) { return gone, "it still exists" })
+	return err
+}
