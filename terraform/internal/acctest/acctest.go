@@ -104,6 +104,9 @@ func PreCheck(t testing.TB) string {
 	tf := terraform(t)
 	os.Setenv("TF_ACC_TERRAFORM_PATH", tf)
 	os.Setenv("CHECKPOINT_DISABLE", "1")
+	// A CLI configuration of the machine (provider mirrors, credentials)
+	// must not change what the tests do.
+	os.Setenv("TF_CLI_CONFIG_FILE", os.DevNull)
 	return tf
 }
 
@@ -232,7 +235,7 @@ func StartServer(t testing.TB) *Server {
 	l.Close()
 	s.Endpoint = "http://" + addr
 	logs := &syncBuffer{}
-	cmd := exec.Command(bin, "server", "--listen", addr, "--data-dir", s.DataDir, "--log-level", "debug")
+	cmd := exec.Command(bin, "server", "--listen", addr, "--data-dir", s.DataDir)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "SLESS_") {
 			cmd.Env = append(cmd.Env, kv)

@@ -8,26 +8,27 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
-// namespaceDefault plans a resource's namespace as the token's own when
-// the configuration leaves it out, so that RequiresReplace after it sees a
-// known value and an unchanged namespace plans no replacement.
-type namespaceDefault struct{ data func() *providerData }
-
-func (m namespaceDefault) Description(context.Context) string {
-	return "defaults to the namespace of the provider's token"
-}
-func (m namespaceDefault) MarkdownDescription(ctx context.Context) string { return m.Description(ctx) }
-
-func (m namespaceDefault) PlanModifyString(_ context.Context, req planmodifier.StringRequest, resp *planmodifier.StringResponse) {
-	if !req.ConfigValue.IsNull() || req.Plan.Raw.IsNull() {
+// planNamespace plans a resource's namespace: the configuration's, else
+// the token's own, replacing the resource when it changes. It runs in
+// ModifyPlan, not as an attribute plan modifier, because it needs the
+// configured provider, which the framework hands to resources only.
+func planNamespace(ctx context.Context, d *providerData, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	var ns types.String
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("namespace"), &ns)...)
+	if ns.IsNull() {
+		ns = types.StringValue(d.namespace)
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("namespace"), ns)...)
+	if req.State.Raw.IsNull() || ns.IsUnknown() {
 		return
 	}
-	if d := m.data(); d != nil {
-		resp.PlanValue = types.StringValue(d.namespace)
+	var prior types.String
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("namespace"), &prior)...)
+	if !prior.Equal(ns) {
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("namespace"))
 	}
 }
 

@@ -102,7 +102,6 @@ func (r *functionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Optional: true, Computed: true,
 				Description:   "The namespace; default: the provider token's own. Changing it replaces the function.",
 				Validators:    []validator.String{isName()},
-				PlanModifiers: []planmodifier.String{namespaceDefault{func() *providerData { return r.data }}, stringplanmodifier.RequiresReplace()},
 			},
 			"runtime": schema.StringAttribute{
 				Required: true, Description: "A runtime of the server (GET /v1/runtimes), e.g. python3.11 or nodejs20.",
@@ -194,8 +193,9 @@ func (r *functionResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if req.Plan.Raw.IsNull() || r.data == nil {
 		return
 	}
+	planNamespace(ctx, r.data, req, resp)
 	var plan, cfg functionModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(resp.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
 	if resp.Diagnostics.HasError() {
 		return

@@ -72,7 +72,6 @@ func (r *jobResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 				Optional: true, Computed: true,
 				Description:   "The namespace; default: the provider token's own. Changing it replaces the job.",
 				Validators:    []validator.String{isName()},
-				PlanModifiers: []planmodifier.String{namespaceDefault{func() *providerData { return r.data }}, stringplanmodifier.RequiresReplace()},
 			},
 			"function": schema.StringAttribute{
 				Required: true, Description: "The function it runs, in the same namespace.",
@@ -101,14 +100,18 @@ func (r *jobResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 	}
 }
 
-// ModifyPlan refuses a lower run_id: the server never runs a run_id twice,
+// ModifyPlan plans the namespace and refuses a lower run_id: the server never runs a run_id twice,
 // so lowering it would plan a change that does nothing.
 func (r *jobResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || req.State.Raw.IsNull() {
+	if req.Plan.Raw.IsNull() || r.data == nil {
+		return
+	}
+	planNamespace(ctx, r.data, req, resp)
+	if req.State.Raw.IsNull() {
 		return
 	}
 	var plan, state jobModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(resp.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	if resp.Diagnostics.HasError() || plan.RunID.IsUnknown() {
 		return

@@ -127,7 +127,6 @@ func (r *triggerResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 				Optional: true, Computed: true,
 				Description:   "The namespace; default: the provider token's own. Changing it replaces the trigger.",
 				Validators:    []validator.String{isName()},
-				PlanModifiers: []planmodifier.String{namespaceDefault{func() *providerData { return r.data }}, stringplanmodifier.RequiresReplace()},
 			},
 			"function": schema.StringAttribute{
 				Required: true, Description: "The function it runs, in the same namespace.",
@@ -218,8 +217,9 @@ func (r *triggerResource) ModifyPlan(ctx context.Context, req resource.ModifyPla
 	if req.Plan.Raw.IsNull() || r.data == nil {
 		return
 	}
+	planNamespace(ctx, r.data, req, resp)
 	var plan, cfg triggerModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(resp.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
 	if resp.Diagnostics.HasError() || plan.Type.IsUnknown() {
 		return
