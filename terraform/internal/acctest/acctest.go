@@ -95,7 +95,9 @@ func modulePath(gomod []byte) string {
 // testing, and makes TF_ACC_TERRAFORM_PATH name the Terraform CLI of
 // hack/tools.sh terraform (built when SLESS_REQUIRE_SERVICES is set, else
 // used only when already built), so that no terraform on PATH is ever used.
-// It returns the CLI's path.
+// It sets the process's environment for terraform-plugin-testing (the same
+// values for every test, so parallel tests may call it) and returns the
+// CLI's path.
 func PreCheck(t testing.TB) string {
 	t.Helper()
 	if os.Getenv("TF_ACC") == "" {
@@ -104,6 +106,8 @@ func PreCheck(t testing.TB) string {
 	tf := terraform(t)
 	os.Setenv("TF_ACC_TERRAFORM_PATH", tf)
 	os.Setenv("CHECKPOINT_DISABLE", "1")
+	// Test configurations name the provider as users do, naeel/sless.
+	os.Setenv("TF_ACC_PROVIDER_NAMESPACE", "naeel")
 	// A CLI configuration of the machine (provider mirrors, credentials)
 	// must not change what the tests do.
 	os.Setenv("TF_CLI_CONFIG_FILE", os.DevNull)

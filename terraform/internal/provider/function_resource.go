@@ -445,9 +445,6 @@ func buildFailure(fn *functions.Function) string {
 		b.WriteString("\n\nBuild log:\n")
 		b.WriteString(log)
 	}
-	if fn.Status.CodeSHA256 != "" {
-		fmt.Fprintf(&b, "\n\nThe code with SHA-256 %s still serves.", fn.Status.CodeSHA256)
-	}
 	return b.String()
 }
 

@@ -210,7 +210,7 @@ resource "sless_function" "dep" {
 			// pip refuses this line at once, without any index.
 			PreConfig:   func() { writeFiles(t, dir, map[string]string{"requirements.txt": "this is !! not a requirement\n", "handler.py": greeter("Broken")}) },
 			Config:      cfg,
-			ExpectError: regexp.MustCompile(`(?s)the build of function default/dep failed.*Build log:.*still serves`),
+			ExpectError: regexp.MustCompile(`(?s)the build of function default/dep failed.*Build log:.*Invalid requirement`),
 		},
 		resource.TestStep{ // the failed change is still planned
 			Config:             cfg,

@@ -42,16 +42,26 @@ type env struct {
 }
 
 // setup skips t unless TF_ACC is set, and starts a sless server for it.
+// The tests run in parallel: each has a server of its own.
 func setup(t *testing.T) *env {
 	t.Helper()
 	acctest.PreCheck(t)
+	t.Parallel()
 	srv := acctest.StartServer(t)
 	return &env{t: t, srv: srv, c: srv.Client()}
 }
 
+// requiredProviders names the provider as users do.
+const requiredProviders = `terraform {
+  required_providers {
+    sless = { source = "naeel/sless" }
+  }
+}
+`
+
 // config is the provider's block for the test's server followed by body.
 func (e *env) config(body string) string {
-	return fmt.Sprintf("provider \"sless\" {\n  endpoint = %q\n  token    = %q\n}\n\n%s", e.srv.Endpoint, e.srv.Token, body)
+	return fmt.Sprintf("%s\nprovider \"sless\" {\n  endpoint = %q\n  token    = %q\n}\n\n%s", requiredProviders, e.srv.Endpoint, e.srv.Token, body)
 }
 
 // test runs steps against e's server and checks that destroy left no

@@ -317,6 +317,16 @@ func (r *triggerResource) applied(ctx context.Context, m *triggerModel, t *trigg
 	ctx, cancel := context.WithTimeout(ctx, triggerWait)
 	defer cancel()
 	now, err := r.data.client.WaitTriggerApplied(ctx, t.Namespace, t.Name, t.Generation)
+	// An active cron trigger reports its next run right after it was
+	// applied: wait for it, so that next_fire_at is known after apply.
+	for err == nil && now.Type == triggers.TypeCron && now.Status.Phase == triggers.PhaseActive && now.Status.NextFireAt == nil {
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("waiting for the next run of cron trigger %s: %w", id(t.Namespace, t.Name), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+			now, err = r.data.client.GetTrigger(ctx, t.Namespace, t.Name)
+		}
+	}
 	if err != nil {
 		diags.AddError("sless: trigger "+id(t.Namespace, t.Name)+" is not applied", err.Error())
 		now = t
