@@ -100,8 +100,8 @@ func (r *functionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			},
 			"namespace": schema.StringAttribute{
 				Optional: true, Computed: true,
-				Description:   "The namespace; default: the provider token's own. Changing it replaces the function.",
-				Validators:    []validator.String{isName()},
+				Description: "The namespace; default: the provider token's own. Changing it replaces the function.",
+				Validators:  []validator.String{isName()},
 			},
 			"runtime": schema.StringAttribute{
 				Required: true, Description: "A runtime of the server (GET /v1/runtimes), e.g. python3.11 or nodejs20.",

@@ -208,7 +208,9 @@ resource "sless_function" "dep" {
 		resource.TestStep{Config: cfg, Check: e.invokes("dep", "Hello, tf!")},
 		resource.TestStep{
 			// pip refuses this line at once, without any index.
-			PreConfig:   func() { writeFiles(t, dir, map[string]string{"requirements.txt": "this is !! not a requirement\n", "handler.py": greeter("Broken")}) },
+			PreConfig: func() {
+				writeFiles(t, dir, map[string]string{"requirements.txt": "this is !! not a requirement\n", "handler.py": greeter("Broken")})
+			},
 			Config:      cfg,
 			ExpectError: regexp.MustCompile(`(?s)the build of function default/dep failed.*Build log:.*Invalid requirement`),
 		},

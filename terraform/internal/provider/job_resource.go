@@ -70,8 +70,8 @@ func (r *jobResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 			},
 			"namespace": schema.StringAttribute{
 				Optional: true, Computed: true,
-				Description:   "The namespace; default: the provider token's own. Changing it replaces the job.",
-				Validators:    []validator.String{isName()},
+				Description: "The namespace; default: the provider token's own. Changing it replaces the job.",
+				Validators:  []validator.String{isName()},
 			},
 			"function": schema.StringAttribute{
 				Required: true, Description: "The function it runs, in the same namespace.",

@@ -125,8 +125,8 @@ func (r *triggerResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			},
 			"namespace": schema.StringAttribute{
 				Optional: true, Computed: true,
-				Description:   "The namespace; default: the provider token's own. Changing it replaces the trigger.",
-				Validators:    []validator.String{isName()},
+				Description: "The namespace; default: the provider token's own. Changing it replaces the trigger.",
+				Validators:  []validator.String{isName()},
 			},
 			"function": schema.StringAttribute{
 				Required: true, Description: "The function it runs, in the same namespace.",
