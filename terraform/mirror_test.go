@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/sumdb/dirhash"
+
 	"terraform-provider-sless/internal/acctest"
 )
 
@@ -123,8 +125,14 @@ resource "sless_trigger" "hello" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(lock), `"zh:`+zipSum+`"`) {
-		t.Errorf("the lock file does not record the mirror's zip (zh:%s):\n%s", zipSum, lock)
+	// A mirror's package is recorded by the hash of its contents (h1, the
+	// dirhash of the zip), which must be that of the zip laid out.
+	h1, err := dirhash.HashZip(filepath.Join(out, "release", zipName), dirhash.Hash1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(lock), `"`+h1+`"`) || !strings.Contains(string(lock), `version     = "`+mirrorVersion+`"`) {
+		t.Errorf("the lock file does not record version %s with the zip's hash %s:\n%s", mirrorVersion, h1, lock)
 	}
 	mustRun("plan", "-input=false", "-out=tfplan")
 	mustRun("apply", "-input=false", "tfplan")

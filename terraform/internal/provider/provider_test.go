@@ -33,9 +33,9 @@ func TestAccProviderErrors(t *testing.T) {
 	closed := "http://" + l.Addr().String()
 	l.Close()
 	for _, tc := range []struct{ endpoint, token, want string }{
-		{e.srv.Endpoint, "sless_0000000000000000000000000000wrong", `(?s)The sless server refused the API token.*` + regexp.QuoteMeta(e.srv.Endpoint) + `.*invalid API token`},
-		{closed, "token-of-no-server-at-all", `(?s)Cannot reach the sless server.*no sless server is listening at ` + regexp.QuoteMeta(closed)},
-		{"ftp://" + l.Addr().String(), "t", `endpoint "ftp://.*" is not a server address`},
+		{e.srv.Endpoint, "sless_0000000000000000000000000000wrong", words("The sless server refused the API token") + `.*` + words("The server at "+e.srv.Endpoint+" refused the provider's token: invalid API token")},
+		{closed, "token-of-no-server-at-all", words("Cannot reach the sless server") + `.*` + words("no sless server is listening at "+closed)},
+		{"ftp://" + l.Addr().String(), "t", words(`endpoint "ftp://` + l.Addr().String() + `" is not a server address`)},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			resource.Test(t, resource.TestCase{
@@ -47,6 +47,11 @@ func TestAccProviderErrors(t *testing.T) {
 			})
 		})
 	}
+}
+
+// words matches text in Terraform's output, which wraps long lines.
+func words(text string) string {
+	return `(?s)` + strings.Join(strings.Fields(regexp.QuoteMeta(text)), `\s+`)
 }
 
 // exampleConfig returns the configuration of terraform/examples/NAME with
