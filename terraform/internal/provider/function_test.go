@@ -230,6 +230,32 @@ resource "sless_function" "dep" {
 	)
 }
 
+// A function whose first build failed exists, tainted: the next apply
+// replaces it.
+func TestAccFunctionFirstBuildFails(t *testing.T) {
+	e := setup(t)
+	dir := writeFiles(t, t.TempDir(), map[string]string{"handler.py": greeter("Hello"), "requirements.txt": "this is !! not a requirement\n"})
+	cfg := e.config(fmt.Sprintf(`
+resource "sless_function" "first" {
+  name       = "first"
+  runtime    = "python3.11"
+  source_dir = %q
+}
+`, dir))
+	e.test(
+		resource.TestStep{
+			Config:      cfg,
+			ExpectError: regexp.MustCompile(`(?s)the build of function default/first failed.*Invalid requirement`),
+		},
+		resource.TestStep{
+			PreConfig:        func() { os.Remove(filepath.Join(dir, "requirements.txt")) },
+			Config:           cfg,
+			ConfigPlanChecks: expect(plancheck.ResourceActionReplace, "sless_function.first"),
+			Check:            e.invokes("first", "Hello, tf!"),
+		},
+	)
+}
+
 func TestAccFunctionPlanErrors(t *testing.T) {
 	e := setup(t)
 	dir := writeFiles(t, t.TempDir(), map[string]string{"handler.py": greeter("Hello")})

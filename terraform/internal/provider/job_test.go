@@ -121,5 +121,10 @@ func TestAccJobFailed(t *testing.T) {
 			Config:      jobConfig(e, dir, 1, "{ fail = true }"),
 			ExpectError: regexp.MustCompile(`(?s)the run 1 of job default/once failed.*asked to fail`),
 		},
+		resource.TestStep{ // the failed job is tainted: the next apply replaces it and runs it again
+			Config:           jobConfig(e, dir, 1, "{ fail = false }"),
+			ConfigPlanChecks: expect(plancheck.ResourceActionReplace, "sless_job.once"),
+			Check:            resource.TestCheckResourceAttr("sless_job.once", "phase", "Succeeded"),
+		},
 	)
 }
