@@ -64,6 +64,10 @@ resource "sless_job" "greet" {
   run_id   = 1
 }
 
+data "sless_function" "hello" {
+  name = sless_function.hello.name
+}
+
 data "sless_invocations" "greet" {
   function     = sless_function.hello.name
   trigger_kind = "job"
@@ -72,6 +76,10 @@ data "sless_invocations" "greet" {
 
 output "hello_url" {
   value = sless_function.hello.invoke_url
+}
+
+output "hello_phase" {
+  value = data.sless_function.hello.phase
 }
 
 output "job_result" {

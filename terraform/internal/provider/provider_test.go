@@ -100,6 +100,10 @@ func TestAccQuickstartExample(t *testing.T) {
 				resource.TestCheckResourceAttr("data.sless_invocations.greet", "invocations.0.trigger_name", "greet"),
 				resource.TestCheckResourceAttr("data.sless_invocations.greet", "invocations.0.status_code", "200"),
 				resource.TestCheckResourceAttrSet("sless_trigger.nightly", "next_fire_at"),
+				resource.TestCheckResourceAttr("data.sless_function.hello", "phase", "Ready"),
+				resource.TestCheckResourceAttr("data.sless_function.hello", "runtime", "python3.11"),
+				resource.TestCheckResourceAttrPair("data.sless_function.hello", "code_sha256", "sless_function.hello", "code_sha256"),
+				resource.TestCheckResourceAttrPair("data.sless_function.hello", "invoke_url", "sless_function.hello", "invoke_url"),
 			),
 		},
 		resource.TestStep{ // a code edit: one in-place update, the rest untouched
