@@ -96,6 +96,19 @@ resource "sless_trigger" "hello" {
   function = sless_function.hello.name
   type     = "http"
 }
+
+resource "sless_trigger" "hourly" {
+  name     = "hourly"
+  function = sless_function.hello.name
+  type     = "cron"
+  schedule = "@hourly"
+}
+
+resource "sless_job" "once" {
+  name     = "once"
+  function = sless_function.hello.name
+  run_id   = 1
+}
 `, mirrorVersion, srv.Endpoint, srv.Token))
 	cliConfig := filepath.Join(work, "cli.tfrc")
 	writeFile(t, cliConfig, fmt.Sprintf("provider_installation {\n  filesystem_mirror {\n    path = %q\n  }\n}\n", filepath.Join(out, "mirror")))
@@ -136,22 +149,44 @@ resource "sless_trigger" "hello" {
 	}
 	mustRun("plan", "-input=false", "-out=tfplan")
 	mustRun("apply", "-input=false", "tfplan")
-	resp, err := http.Get(srv.Endpoint + "/fn/default/hello")
+	fnAnswers(t, srv.Endpoint+"/fn/default/hello", "from the mirror")
+	if out, err := run("plan", "-input=false", "-detailed-exitcode"); err != nil {
+		t.Errorf("second plan is not empty (%v):\n%s", err, out)
+	}
+	// A code edit is one in-place update.
+	writeFile(t, filepath.Join(code, "handler.py"), "def handle(event, context):\n    return {\"message\": \"edited\"}\n")
+	if plan := mustRun("plan", "-input=false", "-out=tfplan"); !strings.Contains(plan, "0 to add, 1 to change, 0 to destroy") {
+		t.Errorf("plan after a code edit, want one change:\n%s", plan)
+	}
+	mustRun("apply", "-input=false", "tfplan")
+	fnAnswers(t, srv.Endpoint+"/fn/default/hello", "edited")
+	mustRun("destroy", "-input=false", "-auto-approve")
+	c := srv.Client()
+	fns, err := c.ListFunctions(context.Background(), "default")
+	if err != nil || len(fns) != 0 {
+		t.Errorf("after destroy: %d functions (%v); want none", len(fns), err)
+	}
+	trs, err := c.ListTriggers(context.Background(), "default")
+	if err != nil || len(trs) != 0 {
+		t.Errorf("after destroy: %d triggers (%v); want none", len(trs), err)
+	}
+	jobs, err := c.ListJobs(context.Background(), "default")
+	if err != nil || len(jobs) != 0 {
+		t.Errorf("after destroy: %d jobs (%v); want none", len(jobs), err)
+	}
+}
+
+// fnAnswers checks that url answers 200 with a body containing want.
+func fnAnswers(t *testing.T, url, want string) {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "from the mirror") {
-		t.Errorf("/fn/default/hello after apply: HTTP %d %s", resp.StatusCode, body)
-	}
-	if out, err := run("plan", "-input=false", "-detailed-exitcode"); err != nil {
-		t.Errorf("second plan is not empty (%v):\n%s", err, out)
-	}
-	mustRun("destroy", "-input=false", "-auto-approve")
-	fns, err := srv.Client().ListFunctions(context.Background(), "default")
-	if err != nil || len(fns) != 0 {
-		t.Errorf("after destroy: %d functions (%v); want none", len(fns), err)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+		t.Errorf("GET %s: HTTP %d %s; want 200 with %q", url, resp.StatusCode, body, want)
 	}
 }
 
