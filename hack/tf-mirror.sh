@@ -14,7 +14,8 @@
 #                     network_mirror serves, naming the same zips
 #
 # --platforms is a comma-separated list of OS_ARCH (default: linux_amd64,
-# linux_arm64, darwin_amd64, darwin_arm64, windows_amd64). A terraform CLI
+# linux_arm64, darwin_amd64, darwin_arm64; the Go client finds the local
+# server with flock(2), so Windows is not a platform of it yet). A terraform CLI
 # installs from the mirror offline with a CLI configuration such as
 #
 #   provider_installation {
@@ -22,7 +23,7 @@
 #   }
 set -euo pipefail
 
-platforms=linux_amd64,linux_arm64,darwin_amd64,darwin_arm64,windows_amd64
+platforms=linux_amd64,linux_arm64,darwin_amd64,darwin_arm64
 gpg_key=
 while [[ "${1:-}" == --* ]]; do
 	case "$1" in
@@ -57,7 +58,6 @@ IFS=, read -ra targets <<<"$platforms"
 for target in "${targets[@]}"; do
 	os=${target%_*} arch=${target#*_}
 	exe="${name}_v${version}"
-	[[ "$os" == windows ]] && exe+=.exe
 	log "building $target"
 	mkdir -p "$tmp/$target"
 	(cd "$src" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath \
