@@ -29,6 +29,7 @@ type functionDataModel struct {
 	MinInstances       types.Int64  `tfsdk:"min_instances"`
 	MaxInstances       types.Int64  `tfsdk:"max_instances"`
 	Concurrency        types.Int64  `tfsdk:"concurrency"`
+	Egress             types.String `tfsdk:"egress"`
 	CodeSHA256         types.String `tfsdk:"code_sha256"`
 	Generation         types.Int64  `tfsdk:"generation"`
 	Phase              types.String `tfsdk:"phase"`
@@ -67,6 +68,7 @@ func (d *functionDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"min_instances":       num("Instances kept warm."),
 			"max_instances":       num("Most instances."),
 			"concurrency":         num("Invocations one instance takes at once."),
+			"egress":              computed("What instances may reach: all or public."),
 			"code_sha256":         computed("SHA-256 of the last uploaded zip."),
 			"generation":          num("Increases on every change of the spec or code."),
 			"phase":               computed("Pending, Building, Ready or Failed."),
@@ -101,7 +103,7 @@ func (d *functionDataSource) Read(ctx context.Context, req datasource.ReadReques
 	m.Env = env
 	m.TimeoutSeconds, m.MemoryMB = types.Int64Value(int64(fn.TimeoutSeconds)), types.Int64Value(int64(fn.MemoryMB))
 	m.MinInstances, m.MaxInstances = types.Int64Value(int64(fn.MinInstances)), types.Int64Value(int64(fn.MaxInstances))
-	m.Concurrency = types.Int64Value(int64(fn.Concurrency))
+	m.Concurrency, m.Egress = types.Int64Value(int64(fn.Concurrency)), types.StringValue(fn.Egress)
 	m.CodeSHA256, m.Generation = types.StringValue(fn.CodeSHA256), types.Int64Value(fn.Generation)
 	m.Phase, m.Message, m.BuildLog = types.StringValue(string(fn.Status.Phase)), types.StringValue(fn.Status.Message), types.StringValue(fn.Status.BuildLog)
 	m.ServingCodeSHA256 = types.StringValue(fn.Status.CodeSHA256)

@@ -17,12 +17,14 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"sless.kube5s.ru/sless/client"
 	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/runtime"
 )
 
 // Defaults and bounds of the waits for a function to be Ready.
@@ -59,6 +61,7 @@ type functionModel struct {
 	MinInstances    types.Int64  `tfsdk:"min_instances"`
 	MaxInstances    types.Int64  `tfsdk:"max_instances"`
 	Concurrency     types.Int64  `tfsdk:"concurrency"`
+	Egress          types.String `tfsdk:"egress"`
 	SourceDir       types.String `tfsdk:"source_dir"`
 	ZipFile         types.String `tfsdk:"zip_file"`
 	BuildTimeoutSec types.Int64  `tfsdk:"build_timeout_sec"`
@@ -127,6 +130,11 @@ func (r *functionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Validators:  []validator.Int64{between(1, functions.MaxInstancesLimit)},
 			},
 			"concurrency": intAttr("Invocations one instance takes at once", functions.DefaultConcurrency, 1, functions.MaxConcurrency),
+			"egress": schema.StringAttribute{
+				Optional: true, Computed: true, Default: stringdefault.StaticString(string(runtime.EgressAll)),
+				Description: "What instances may reach over the network: all (default) or public (not the host, loopback or private ranges).",
+				Validators:  []validator.String{oneOf(string(runtime.EgressAll), string(runtime.EgressPublic))},
+			},
 			"source_dir": schema.StringAttribute{
 				Optional: true,
 				Description: "Directory of the code, zipped like `sless deploy` does (leaving out what its .slessignore lists, and .git). " +
@@ -285,7 +293,7 @@ func (m *functionModel) function() *functions.Function {
 			Runtime: m.Runtime.ValueString(), Handler: m.Handler.ValueString(), Env: m.env(),
 			TimeoutSeconds: int(m.TimeoutSeconds.ValueInt64()), MemoryMB: int(m.MemoryMB.ValueInt64()),
 			MinInstances: int(m.MinInstances.ValueInt64()), MaxInstances: int(m.MaxInstances.ValueInt64()),
-			Concurrency: int(m.Concurrency.ValueInt64()),
+			Concurrency: int(m.Concurrency.ValueInt64()), Egress: m.Egress.ValueString(),
 		},
 	}
 }
@@ -294,7 +302,7 @@ func (m *functionModel) function() *functions.Function {
 func sameSpec(a, b *functions.Spec) bool {
 	return a.Runtime == b.Runtime && a.Handler == b.Handler && maps.Equal(a.Env, b.Env) &&
 		a.TimeoutSeconds == b.TimeoutSeconds && a.MemoryMB == b.MemoryMB && a.MinInstances == b.MinInstances &&
-		a.MaxInstances == b.MaxInstances && a.Concurrency == b.Concurrency
+		a.MaxInstances == b.MaxInstances && a.Concurrency == b.Concurrency && a.Egress == b.Egress
 }
 
 // builtCode is the code a function runs or is to run: its last upload,
@@ -329,6 +337,7 @@ func (m *functionModel) fromAPI(fn *functions.Function, c *client.Client) {
 	m.MinInstances = types.Int64Value(int64(fn.MinInstances))
 	m.MaxInstances = types.Int64Value(int64(fn.MaxInstances))
 	m.Concurrency = types.Int64Value(int64(fn.Concurrency))
+	m.Egress = types.StringValue(fn.Egress)
 	if m.BuildTimeoutSec.IsNull() || m.BuildTimeoutSec.IsUnknown() {
 		m.BuildTimeoutSec = types.Int64Value(defaultBuildTimeoutSec)
 	}

@@ -46,6 +46,7 @@ func TestAccFunction(t *testing.T) {
 				resource.TestCheckResourceAttr("sless_function.hello", "handler", "handler.handle"),
 				resource.TestCheckResourceAttr("sless_function.hello", "max_instances", "10"),
 				resource.TestCheckResourceAttr("sless_function.hello", "timeout_seconds", "30"),
+				resource.TestCheckResourceAttr("sless_function.hello", "egress", "all"),
 				resource.TestCheckResourceAttr("sless_function.hello", "invoke_url", e.srv.Endpoint+"/fn/default/hello"),
 				resource.TestCheckResourceAttrWith("sless_function.hello", "code_sha256", func(v string) error {
 					firstSHA = v
@@ -113,14 +114,15 @@ func TestAccFunction(t *testing.T) {
 				}
 				fn.MemoryMB = 512
 				fn.Env = map[string]string{"OTHER": "x"}
+				fn.Egress = "public"
 				_, err = c.UpdateFunction(ctx, fn)
 				return err
 			}),
 			Config:           updated,
 			ConfigPlanChecks: expect(plancheck.ResourceActionUpdate, "sless_function.hello"),
 			Check: e.function("hello", func(fn *functions.Function) error {
-				if fn.MemoryMB != 256 || fn.Env["GREETING"] != "hey" || fn.Env["API_KEY"] != "s3cret" || len(fn.Env) != 2 {
-					return fmt.Errorf("server has memory %d env %v after the apply; want the configuration's", fn.MemoryMB, fn.Env)
+				if fn.MemoryMB != 256 || fn.Env["GREETING"] != "hey" || fn.Env["API_KEY"] != "s3cret" || len(fn.Env) != 2 || fn.Egress != "all" {
+					return fmt.Errorf("server has memory %d env %v egress %q after the apply; want the configuration's", fn.MemoryMB, fn.Env, fn.Egress)
 				}
 				return nil
 			}),
