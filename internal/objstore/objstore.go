@@ -16,11 +16,11 @@ import (
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
-// ErrNotFound and ErrAlreadyExists are returned (wrapped) by Store methods.
-var (
-	ErrNotFound      = errors.New("not found")
-	ErrAlreadyExists = errors.New("already exists")
-)
+// Errors are the sentinels that a store's errors wrap: those of the
+// contract the store implements (triggers.ErrNotFound).
+type Errors struct {
+	NotFound, AlreadyExists error
+}
 
 // Object is a stored object.
 type Object[Spec, Status any] struct {
@@ -81,11 +81,13 @@ type Store[Spec, Status any] struct {
 	db    *gorm.DB
 	table string
 	kind  string // for messages: "trigger"
+	errs  Errors
 }
 
-// New returns a store on table; Migration must have created it.
-func New[Spec, Status any](db *gorm.DB, table, kind string) *Store[Spec, Status] {
-	return &Store[Spec, Status]{db: db, table: table, kind: kind}
+// New returns a store on table; Migration must have created it. kind names
+// the objects in messages ("trigger").
+func New[Spec, Status any](db *gorm.DB, table, kind string, errs Errors) *Store[Spec, Status] {
+	return &Store[Spec, Status]{db: db, table: table, kind: kind, errs: errs}
 }
 
 func (s *Store[Spec, Status]) tx(ctx context.Context) *gorm.DB {
@@ -93,7 +95,7 @@ func (s *Store[Spec, Status]) tx(ctx context.Context) *gorm.DB {
 }
 
 func (s *Store[Spec, Status]) notFound(ns, name string) error {
-	return fmt.Errorf("%s %s/%s: %w", s.kind, ns, name, ErrNotFound)
+	return fmt.Errorf("%s %s/%s: %w", s.kind, ns, name, s.errs.NotFound)
 }
 
 // Create stores a new object with generation 1 and a zero status.
@@ -111,14 +113,14 @@ func (s *Store[Spec, Status]) Create(ctx context.Context, o *Object[Spec, Status
 		Generation: 1, CreatedAt: now, UpdatedAt: now}
 	if err := s.tx(ctx).Create(&r).Error; err != nil {
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
-			return nil, fmt.Errorf("%s %s/%s: %w", s.kind, o.Namespace, o.Name, ErrAlreadyExists)
+			return nil, fmt.Errorf("%s %s/%s: %w", s.kind, o.Namespace, o.Name, s.errs.AlreadyExists)
 		}
 		return nil, fmt.Errorf("creating %s %s/%s: %w", s.kind, o.Namespace, o.Name, err)
 	}
 	return s.decode(&r)
 }
 
-// Get returns one object or ErrNotFound.
+// Get returns one object or errs.NotFound.
 func (s *Store[Spec, Status]) Get(ctx context.Context, ns, name string) (*Object[Spec, Status], error) {
 	var r row
 	err := s.tx(ctx).Where("namespace = ? AND name = ?", ns, name).Take(&r).Error
@@ -216,7 +218,7 @@ func (s *Store[Spec, Status]) UpdateStatus(ctx context.Context, ns, name string,
 	return nil
 }
 
-// Delete removes an object or fails with ErrNotFound.
+// Delete removes an object or fails with errs.NotFound.
 func (s *Store[Spec, Status]) Delete(ctx context.Context, ns, name string) error {
 	res := s.tx(ctx).Where("namespace = ? AND name = ?", ns, name).Delete(&row{})
 	if res.Error != nil {

@@ -2,6 +2,7 @@ package objstore_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestKeys(t *testing.T) {
 			if err := sqldb.Migrate(ctx, db, []sqldb.Migration{objstore.Migration("test", 1, "things")}); err != nil {
 				t.Fatal(err)
 			}
-			s := objstore.New[spec, status](db, "things", "thing")
+			s := objstore.New[spec, status](db, "things", "thing", objstore.Errors{NotFound: errors.New("not found"), AlreadyExists: errors.New("exists")})
 			for _, k := range []objstore.Key{{"b", "x"}, {"a", "z"}, {"a", "y"}} {
 				if _, err := s.Create(ctx, &objstore.Object[spec, status]{Namespace: k.Namespace, Name: k.Name, Function: "f"}); err != nil {
 					t.Fatal(err)

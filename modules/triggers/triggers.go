@@ -1,7 +1,7 @@
 // Package triggers is the contract of the triggers module: the Trigger and
-// Job models of the REST API, the Runner contract that each trigger type
-// (cron, rabbitmq) implements, and the Reporter and Warmer that runners use.
-// Validation lives in trapi, the stores in trstore.
+// Job models of the REST API, the Store and JobStore that persist them, the
+// Runner contract that each trigger type (cron, rabbitmq) implements, and
+// the Reporter and Warmer that runners use.
 package triggers
 
 import (

@@ -7,7 +7,6 @@ import (
 
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/triggers"
-	"sless.kube5s.ru/sless/modules/triggers/trstore"
 )
 
 // Kinds of dependents, as the REST API names their collections.
@@ -19,8 +18,8 @@ const (
 // Dependents implements functions.Dependents: a function's triggers and jobs
 // are deleted with it.
 type Dependents struct {
-	triggers   *trstore.Triggers
-	jobs       *trstore.Jobs
+	triggers   triggers.Store
+	jobs       triggers.JobStore
 	reconciler *TriggerReconciler
 	// enqueueTriggers and enqueueJobs tell the reconcilers about the
 	// deletions.
@@ -29,7 +28,7 @@ type Dependents struct {
 
 // NewDependents returns the dependents of functions in the stores; r stops
 // the deleted triggers.
-func NewDependents(trs *trstore.Triggers, jobs *trstore.Jobs, r *TriggerReconciler, enqueueTriggers, enqueueJobs func(triggers.Key)) *Dependents {
+func NewDependents(trs triggers.Store, jobs triggers.JobStore, r *TriggerReconciler, enqueueTriggers, enqueueJobs func(triggers.Key)) *Dependents {
 	return &Dependents{triggers: trs, jobs: jobs, reconciler: r, enqueueTriggers: enqueueTriggers, enqueueJobs: enqueueJobs}
 }
 
@@ -48,7 +47,7 @@ func (d *Dependents) DeleteDependents(ctx context.Context, fn functions.Key) (ma
 	}
 	deleted := map[string][]string{KindTriggers: {}, KindJobs: {}}
 	for _, t := range trs {
-		if err := d.triggers.Delete(ctx, t.Key()); err != nil && !errors.Is(err, trstore.ErrNotFound) {
+		if err := d.triggers.Delete(ctx, t.Key()); err != nil && !errors.Is(err, triggers.ErrNotFound) {
 			return nil, err
 		}
 		d.reconciler.stop(t.Key())
@@ -56,7 +55,7 @@ func (d *Dependents) DeleteDependents(ctx context.Context, fn functions.Key) (ma
 		deleted[KindTriggers] = append(deleted[KindTriggers], t.Name)
 	}
 	for _, j := range jobs {
-		if err := d.jobs.Delete(ctx, j.Key()); err != nil && !errors.Is(err, trstore.ErrNotFound) {
+		if err := d.jobs.Delete(ctx, j.Key()); err != nil && !errors.Is(err, triggers.ErrNotFound) {
 			return nil, err
 		}
 		d.enqueueJobs(j.Key())

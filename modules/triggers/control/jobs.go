@@ -15,7 +15,6 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/reconciler"
 	"sless.kube5s.ru/sless/modules/triggers"
-	"sless.kube5s.ru/sless/modules/triggers/trstore"
 )
 
 // JobReconciler runs a job's function once for every new run_id.
@@ -26,7 +25,7 @@ import (
 // it takes the outcome from the invocation ledger, or marks the run Failed
 // when the ledger never saw it finish.
 type JobReconciler struct {
-	store   *trstore.Jobs
+	store   triggers.JobStore
 	invoker invoke.Invoker
 	ledger  invoke.Ledger
 	log     *slog.Logger
@@ -45,7 +44,7 @@ type JobReconciler struct {
 }
 
 // NewJobReconciler returns the reconciler.
-func NewJobReconciler(store *trstore.Jobs, invoker invoke.Invoker, ledger invoke.Ledger, log *slog.Logger) *JobReconciler {
+func NewJobReconciler(store triggers.JobStore, invoker invoke.Invoker, ledger invoke.Ledger, log *slog.Logger) *JobReconciler {
 	return &JobReconciler{store: store, invoker: invoker, ledger: ledger, log: log,
 		running: map[triggers.Key]bool{}}
 }
@@ -81,7 +80,7 @@ func (r *JobReconciler) isRunning(key triggers.Key) bool {
 func (r *JobReconciler) Reconcile(ctx context.Context, key triggers.Key) (reconciler.Result, error) {
 	defer r.locks.Lock(key)()
 	j, err := r.store.Get(ctx, key)
-	if errors.Is(err, trstore.ErrNotFound) {
+	if errors.Is(err, triggers.ErrNotFound) {
 		return reconciler.Result{}, nil
 	}
 	if err != nil {
@@ -155,7 +154,7 @@ func (r *JobReconciler) finish(key triggers.Key, st triggers.JobStatus) {
 	defer cancel()
 	j, err := r.store.Get(ctx, key)
 	if err != nil {
-		if !errors.Is(err, trstore.ErrNotFound) {
+		if !errors.Is(err, triggers.ErrNotFound) {
 			r.log.Error("reading a job after its run failed", "job", key.String(), "error", err)
 		}
 		return

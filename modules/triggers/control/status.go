@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/modules/triggers"
-	"sless.kube5s.ru/sless/modules/triggers/trstore"
 )
 
 // flushInterval is how often counters of busy triggers reach the store.
@@ -19,7 +18,7 @@ const flushInterval = 500 * time.Millisecond
 // each), and the keeper folds both into the status and writes what changed
 // every flushInterval. It implements triggers.Reporter.
 type StatusKeeper struct {
-	store *trstore.Triggers
+	store triggers.Store
 	log   *slog.Logger
 
 	mu       sync.Mutex
@@ -32,7 +31,7 @@ type StatusKeeper struct {
 }
 
 // NewStatusKeeper returns a keeper writing to store.
-func NewStatusKeeper(store *trstore.Triggers, log *slog.Logger) *StatusKeeper {
+func NewStatusKeeper(store triggers.Store, log *slog.Logger) *StatusKeeper {
 	return &StatusKeeper{store: store, log: log, statuses: map[triggers.Key]*triggers.Status{}, dirty: map[triggers.Key]bool{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -104,7 +103,7 @@ func (k *StatusKeeper) setPhase(ctx context.Context, t *triggers.Trigger, phase,
 	delete(k.dirty, t.Key())
 	k.mu.Unlock()
 	err := k.store.UpdateStatus(ctx, t.Key(), snapshot)
-	if errors.Is(err, trstore.ErrNotFound) {
+	if errors.Is(err, triggers.ErrNotFound) {
 		return nil
 	}
 	return err
@@ -158,7 +157,7 @@ func (k *StatusKeeper) flush(ctx context.Context) {
 	clear(k.dirty)
 	k.mu.Unlock()
 	for key, st := range pending {
-		if err := k.store.UpdateStatus(ctx, key, st); err != nil && !errors.Is(err, trstore.ErrNotFound) {
+		if err := k.store.UpdateStatus(ctx, key, st); err != nil && !errors.Is(err, triggers.ErrNotFound) {
 			k.log.Error("writing a trigger's status failed", "trigger", key.String(), "error", err)
 			k.mu.Lock()
 			if _, ok := k.statuses[key]; ok {

@@ -10,7 +10,6 @@ import (
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/reconciler"
 	"sless.kube5s.ru/sless/modules/triggers"
-	"sless.kube5s.ru/sless/modules/triggers/trstore"
 )
 
 // missingFunctionRetry is how often a trigger whose function does not exist
@@ -20,7 +19,7 @@ const missingFunctionRetry = 10 * time.Second
 // TriggerReconciler brings triggers to their desired state: http triggers
 // open the gate of /fn, cron and rabbitmq triggers run in their Runner.
 type TriggerReconciler struct {
-	store     *trstore.Triggers
+	store     triggers.Store
 	functions functions.Store
 	runners   map[string]triggers.Runner
 	gate      *Gate
@@ -34,7 +33,7 @@ type TriggerReconciler struct {
 
 // NewTriggerReconciler returns the reconciler; runners maps trigger types
 // to their runner.
-func NewTriggerReconciler(store *trstore.Triggers, fns functions.Store, runners map[string]triggers.Runner,
+func NewTriggerReconciler(store triggers.Store, fns functions.Store, runners map[string]triggers.Runner,
 	gate *Gate, keeper *StatusKeeper, notifier functions.ChangeNotifier, log *slog.Logger) *TriggerReconciler {
 	return &TriggerReconciler{store: store, functions: fns, runners: runners, gate: gate, keeper: keeper, notifier: notifier, log: log}
 }
@@ -58,7 +57,7 @@ func (r *TriggerReconciler) LoadGate(ctx context.Context) error {
 // Reconcile is a reconciler.Func.
 func (r *TriggerReconciler) Reconcile(ctx context.Context, key triggers.Key) (reconciler.Result, error) {
 	t, err := r.store.Get(ctx, key)
-	if errors.Is(err, trstore.ErrNotFound) {
+	if errors.Is(err, triggers.ErrNotFound) {
 		r.stop(key)
 		return reconciler.Result{}, nil
 	}
@@ -127,11 +126,11 @@ func functionOf(t *triggers.Trigger) functions.Key {
 // Suspension implements functions.Suspension from the stored triggers: a
 // function is suspended when it has http triggers and none is enabled.
 type Suspension struct {
-	store *trstore.Triggers
+	store triggers.Store
 }
 
 // NewSuspension returns the suspension of store's triggers.
-func NewSuspension(store *trstore.Triggers) *Suspension { return &Suspension{store: store} }
+func NewSuspension(store triggers.Store) *Suspension { return &Suspension{store: store} }
 
 // Suspended implements functions.Suspension.
 func (s *Suspension) Suspended(ctx context.Context, key functions.Key) (bool, error) {

@@ -94,7 +94,7 @@ func TestWriteRacingTheFunctionsDeleteLeavesNothing(t *testing.T) {
 			if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `does not exist`) {
 				t.Errorf("got %d %s; want 400 saying the function does not exist", w.Code, w.Body)
 			}
-			if err := tc.stored(); !errors.Is(err, trstore.ErrNotFound) {
+			if err := tc.stored(); !errors.Is(err, triggers.ErrNotFound) {
 				t.Errorf("the %s is still stored (%v); want it removed", tc.kind, err)
 			}
 			if len(notified) != 1 || notified[0] != k {

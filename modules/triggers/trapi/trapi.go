@@ -17,7 +17,6 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke/ledgerapi"
 	"sless.kube5s.ru/sless/modules/triggers"
 	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
-	"sless.kube5s.ru/sless/modules/triggers/trstore"
 )
 
 // Notifiers tell the reconcilers about writes.
@@ -27,8 +26,8 @@ type Notifiers struct {
 
 // API is the triggers and jobs REST API.
 type API struct {
-	triggers  *trstore.Triggers
-	jobs      *trstore.Jobs
+	triggers  triggers.Store
+	jobs      triggers.JobStore
 	functions functions.Store
 	ledger    invoke.Ledger
 	notify    Notifiers
@@ -36,7 +35,7 @@ type API struct {
 }
 
 // New returns the API.
-func New(trs *trstore.Triggers, jobs *trstore.Jobs, fns functions.Store, ledger invoke.Ledger, notify Notifiers, log *slog.Logger) *API {
+func New(trs triggers.Store, jobs triggers.JobStore, fns functions.Store, ledger invoke.Ledger, notify Notifiers, log *slog.Logger) *API {
 	return &API{triggers: trs, jobs: jobs, functions: fns, ledger: ledger, notify: notify, log: log}
 }
 
@@ -88,21 +87,21 @@ func (a *API) recheckFunction(c *gin.Context, kind, ns, fn string, remove func()
 	if !errors.As(err, &ve) {
 		return err
 	}
-	if rerr := remove(); rerr != nil && !errors.Is(rerr, trstore.ErrNotFound) {
+	if rerr := remove(); rerr != nil && !errors.Is(rerr, triggers.ErrNotFound) {
 		return fmt.Errorf("removing the %s of a deleted function: %w", kind, rerr)
 	}
 	return err
 }
 
 func notFound(err error, kind string, k triggers.Key) error {
-	if errors.Is(err, trstore.ErrNotFound) {
+	if errors.Is(err, triggers.ErrNotFound) {
 		return httpx.Errorf(http.StatusNotFound, "%s %q not found in namespace %q", kind, k.Name, k.Namespace)
 	}
 	return err
 }
 
 func conflict(err error, kind string, k triggers.Key) error {
-	if errors.Is(err, trstore.ErrAlreadyExists) {
+	if errors.Is(err, triggers.ErrAlreadyExists) {
 		return httpx.Errorf(http.StatusConflict, "%s %q already exists in namespace %q; use PUT to update it", kind, k.Name, k.Namespace)
 	}
 	return err
@@ -163,7 +162,7 @@ func (a *API) listTriggers(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	items, more, err := a.triggers.List(c, c.Param("ns"), c.Query("continue"), limit)
+	items, more, err := a.triggers.List(c, c.Param("ns"), triggers.ListOptions{Limit: limit, After: c.Query("continue")})
 	if err != nil {
 		return err
 	}
@@ -277,7 +276,7 @@ func (a *API) listJobs(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	items, more, err := a.jobs.List(c, c.Param("ns"), c.Query("continue"), limit)
+	items, more, err := a.jobs.List(c, c.Param("ns"), triggers.ListOptions{Limit: limit, After: c.Query("continue")})
 	if err != nil {
 		return err
 	}

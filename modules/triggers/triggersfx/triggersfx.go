@@ -34,11 +34,11 @@ var Module = fx.Module("triggers",
 	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "triggers") }),
 	fx.Provide(
 		fx.Annotate(trstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
-		trstore.NewTriggers,
-		trstore.NewJobs,
+		fx.Annotate(trstore.NewTriggers, fx.As(new(triggers.Store))),
+		fx.Annotate(trstore.NewJobs, fx.As(new(triggers.JobStore))),
 		control.NewGate,
 		func(g *control.Gate) invoke.Exposure { return g },
-		func(s *trstore.Triggers) functions.Suspension { return control.NewSuspension(s) },
+		func(s triggers.Store) functions.Suspension { return control.NewSuspension(s) },
 		newControllers,
 		func(c *controllers) functions.Dependents { return c.dependents },
 		httpx.AsRoutes(newAPI),
@@ -57,8 +57,8 @@ type params struct {
 	fx.In
 	LC        fx.Lifecycle
 	Config    Config
-	Triggers  *trstore.Triggers
-	Jobs      *trstore.Jobs
+	Triggers  triggers.Store
+	Jobs      triggers.JobStore
 	Functions functions.Store
 	Notifier  functions.ChangeNotifier
 	Invoker   invoke.Invoker
@@ -96,6 +96,6 @@ func newControllers(p params) *controllers {
 	return c
 }
 
-func newAPI(trs *trstore.Triggers, jobs *trstore.Jobs, fns functions.Store, ledger invoke.Ledger, c *controllers, log *slog.Logger) *trapi.API {
+func newAPI(trs triggers.Store, jobs triggers.JobStore, fns functions.Store, ledger invoke.Ledger, c *controllers, log *slog.Logger) *trapi.API {
 	return trapi.New(trs, jobs, fns, ledger, trapi.Notifiers{Triggers: c.triggers.Enqueue, Jobs: c.jobs.Enqueue}, log)
 }

@@ -1,4 +1,5 @@
-// Package trstore persists triggers and jobs (gorm, SQLite or PostgreSQL).
+// Package trstore persists triggers and jobs (gorm, SQLite or PostgreSQL):
+// it implements triggers.Store and triggers.JobStore.
 package trstore
 
 import (
@@ -11,10 +12,13 @@ import (
 	"sless.kube5s.ru/sless/modules/triggers"
 )
 
-// ErrNotFound and ErrAlreadyExists are returned (wrapped) by the stores.
+// sentinels are the contract's errors, which the stores' errors wrap.
+var sentinels = objstore.Errors{NotFound: triggers.ErrNotFound, AlreadyExists: triggers.ErrAlreadyExists}
+
+// The stores implement the contract.
 var (
-	ErrNotFound      = objstore.ErrNotFound
-	ErrAlreadyExists = objstore.ErrAlreadyExists
+	_ triggers.Store    = (*Triggers)(nil)
+	_ triggers.JobStore = (*Jobs)(nil)
 )
 
 // Migrations are the triggers module's schema versions.
@@ -32,7 +36,7 @@ type Triggers struct {
 
 // NewTriggers returns the trigger store.
 func NewTriggers(db *gorm.DB) *Triggers {
-	return &Triggers{s: objstore.New[triggers.Spec, triggers.Status](db, "triggers", "trigger")}
+	return &Triggers{s: objstore.New[triggers.Spec, triggers.Status](db, "triggers", "trigger", sentinels)}
 }
 
 type triggerObject = objstore.Object[triggers.Spec, triggers.Status]
@@ -71,15 +75,15 @@ func (t *Triggers) Create(ctx context.Context, tr *triggers.Trigger) (*triggers.
 	return one(o, err, toTrigger)
 }
 
-// Get returns one trigger or ErrNotFound.
+// Get returns one trigger or triggers.ErrNotFound.
 func (t *Triggers) Get(ctx context.Context, key triggers.Key) (*triggers.Trigger, error) {
 	o, err := t.s.Get(ctx, key.Namespace, key.Name)
 	return one(o, err, toTrigger)
 }
 
-// List returns a page of a namespace's triggers by name.
-func (t *Triggers) List(ctx context.Context, ns, after string, limit int) ([]*triggers.Trigger, bool, error) {
-	objs, more, err := t.s.List(ctx, ns, after, limit)
+// List implements triggers.Store.
+func (t *Triggers) List(ctx context.Context, ns string, opts triggers.ListOptions) ([]*triggers.Trigger, bool, error) {
+	objs, more, err := t.s.List(ctx, ns, opts.After, opts.Limit)
 	out, err := all(objs, err, toTrigger)
 	return out, more, err
 }
@@ -107,7 +111,7 @@ func (t *Triggers) UpdateStatus(ctx context.Context, key triggers.Key, st trigge
 	return t.s.UpdateStatus(ctx, key.Namespace, key.Name, st)
 }
 
-// Delete removes a trigger or fails with ErrNotFound.
+// Delete removes a trigger or fails with triggers.ErrNotFound.
 func (t *Triggers) Delete(ctx context.Context, key triggers.Key) error {
 	return t.s.Delete(ctx, key.Namespace, key.Name)
 }
@@ -119,7 +123,7 @@ type Jobs struct {
 
 // NewJobs returns the job store.
 func NewJobs(db *gorm.DB) *Jobs {
-	return &Jobs{s: objstore.New[triggers.JobSpec, triggers.JobStatus](db, "jobs", "job")}
+	return &Jobs{s: objstore.New[triggers.JobSpec, triggers.JobStatus](db, "jobs", "job", sentinels)}
 }
 
 type jobObject = objstore.Object[triggers.JobSpec, triggers.JobStatus]
@@ -135,15 +139,15 @@ func (j *Jobs) Create(ctx context.Context, job *triggers.Job) (*triggers.Job, er
 	return one(o, err, toJob)
 }
 
-// Get returns one job or ErrNotFound.
+// Get returns one job or triggers.ErrNotFound.
 func (j *Jobs) Get(ctx context.Context, key triggers.Key) (*triggers.Job, error) {
 	o, err := j.s.Get(ctx, key.Namespace, key.Name)
 	return one(o, err, toJob)
 }
 
-// List returns a page of a namespace's jobs by name.
-func (j *Jobs) List(ctx context.Context, ns, after string, limit int) ([]*triggers.Job, bool, error) {
-	objs, more, err := j.s.List(ctx, ns, after, limit)
+// List implements triggers.JobStore.
+func (j *Jobs) List(ctx context.Context, ns string, opts triggers.ListOptions) ([]*triggers.Job, bool, error) {
+	objs, more, err := j.s.List(ctx, ns, opts.After, opts.Limit)
 	out, err := all(objs, err, toJob)
 	return out, more, err
 }
@@ -178,7 +182,7 @@ func (j *Jobs) UpdateStatus(ctx context.Context, key triggers.Key, st triggers.J
 	return j.s.UpdateStatus(ctx, key.Namespace, key.Name, st)
 }
 
-// Delete removes a job or fails with ErrNotFound.
+// Delete removes a job or fails with triggers.ErrNotFound.
 func (j *Jobs) Delete(ctx context.Context, key triggers.Key) error {
 	return j.s.Delete(ctx, key.Namespace, key.Name)
 }
