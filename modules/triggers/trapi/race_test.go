@@ -47,6 +47,10 @@ func TestWriteRacingTheFunctionsDeleteLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	trs, jobs := trstore.NewTriggers(db), trstore.NewJobs(db)
+	types, err := triggers.NewTypes(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	k := triggers.Key{Namespace: "default", Name: "late"}
 
 	for _, tc := range []struct {
@@ -85,7 +89,7 @@ func TestWriteRacingTheFunctionsDeleteLeavesNothing(t *testing.T) {
 			}
 			var notified []triggers.Key
 			note := func(k triggers.Key) { notified = append(notified, k) }
-			api := New(trs, jobs, &vanishingFunctions{}, nil, Notifiers{Triggers: note, Jobs: note}, log)
+			api := New(trs, jobs, &vanishingFunctions{}, types, nil, Notifiers{Triggers: note, Jobs: note}, log)
 			r := gin.New()
 			api.Register(r.Group("/v1"), r)
 			w := httptest.NewRecorder()

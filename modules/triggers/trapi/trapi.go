@@ -16,7 +16,6 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/invoke/ledgerapi"
 	"sless.kube5s.ru/sless/modules/triggers"
-	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
 )
 
 // Notifiers tell the reconcilers about writes.
@@ -29,14 +28,16 @@ type API struct {
 	triggers  triggers.Store
 	jobs      triggers.JobStore
 	functions functions.Store
+	types     *triggers.Types
 	ledger    invoke.Ledger
 	notify    Notifiers
 	log       *slog.Logger
 }
 
-// New returns the API.
-func New(trs triggers.Store, jobs triggers.JobStore, fns functions.Store, ledger invoke.Ledger, notify Notifiers, log *slog.Logger) *API {
-	return &API{triggers: trs, jobs: jobs, functions: fns, ledger: ledger, notify: notify, log: log}
+// New returns the API of the triggers of types.
+func New(trs triggers.Store, jobs triggers.JobStore, fns functions.Store, types *triggers.Types, ledger invoke.Ledger,
+	notify Notifiers, log *slog.Logger) *API {
+	return &API{triggers: trs, jobs: jobs, functions: fns, types: types, ledger: ledger, notify: notify, log: log}
 }
 
 // Register implements httpx.Routes.
@@ -107,14 +108,8 @@ func conflict(err error, kind string, k triggers.Key) error {
 	return err
 }
 
-// redacted returns t as the API shows it: without the broker password.
-func redacted(t *triggers.Trigger) *triggers.Trigger {
-	out := *t
-	if out.URL != "" {
-		out.URL = rabbitmq.RedactURL(out.URL)
-	}
-	return &out
-}
+// redacted returns t as the API shows it: without secrets.
+func (a *API) redacted(t *triggers.Trigger) *triggers.Trigger { return triggers.Redacted(t, a.types) }
 
 // decodeTrigger reads, completes and checks the trigger of a create or an
 // update (old is the stored trigger of an update, nil for a create).
@@ -128,12 +123,11 @@ func (a *API) decodeTrigger(c *gin.Context, old *triggers.Trigger) (*triggers.Tr
 	}
 	// A client that read the trigger sends the redacted URL back: that
 	// means "unchanged", not a new password of "***".
-	if old != nil && t.URL != "" && t.URL == rabbitmq.RedactURL(old.URL) {
-		t.URL = old.URL
+	if old != nil {
+		triggers.Unredact(&t, old, a.types)
 	}
-	applyTriggerDefaults(&t)
-	t.Payload = compactJSON(t.Payload)
-	if err := validateTrigger(&t); err != nil {
+	triggers.ApplyDefaults(&t, a.types)
+	if err := triggers.Validate(&t, a.types); err != nil {
 		return nil, err
 	}
 	return &t, a.checkFunction(c, "trigger", t.Namespace, t.Function)
@@ -153,7 +147,7 @@ func (a *API) createTrigger(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusCreated, redacted(created))
+	c.JSON(http.StatusCreated, a.redacted(created))
 	return nil
 }
 
@@ -168,7 +162,7 @@ func (a *API) listTriggers(c *gin.Context) error {
 	}
 	shown := make([]*triggers.Trigger, len(items))
 	for i, t := range items {
-		shown[i] = redacted(t)
+		shown[i] = a.redacted(t)
 	}
 	c.JSON(http.StatusOK, httpx.NewListResponse(shown, more, func(t *triggers.Trigger) string { return t.Name }))
 	return nil
@@ -179,7 +173,7 @@ func (a *API) getTrigger(c *gin.Context) error {
 	if err != nil {
 		return notFound(err, "trigger", key(c))
 	}
-	c.JSON(http.StatusOK, redacted(t))
+	c.JSON(http.StatusOK, a.redacted(t))
 	return nil
 }
 
@@ -202,7 +196,7 @@ func (a *API) updateTrigger(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, redacted(updated))
+	c.JSON(http.StatusOK, a.redacted(updated))
 	return nil
 }
 
@@ -246,8 +240,8 @@ func (a *API) decodeJob(c *gin.Context, update bool) (*triggers.Job, error) {
 	if err := httpx.BindNames(c, "job", &j.Namespace, &j.Name, update); err != nil {
 		return nil, err
 	}
-	j.Payload = compactJSON(j.Payload)
-	if err := validateJob(&j); err != nil {
+	triggers.ApplyJobDefaults(&j)
+	if err := triggers.ValidateJob(&j); err != nil {
 		return nil, err
 	}
 	return &j, a.checkFunction(c, "job", j.Namespace, j.Function)

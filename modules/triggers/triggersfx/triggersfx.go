@@ -36,6 +36,9 @@ var Module = fx.Module("triggers",
 		fx.Annotate(trstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
 		fx.Annotate(trstore.NewTriggers, fx.As(new(triggers.Store))),
 		fx.Annotate(trstore.NewJobs, fx.As(new(triggers.JobStore))),
+		asType(func() cron.Type { return cron.Type{} }),
+		asType(func() rabbitmq.Type { return rabbitmq.Type{} }),
+		fx.Annotate(triggers.NewTypes, fx.ParamTags(triggers.TypesGroup)),
 		control.NewGate,
 		func(g *control.Gate) invoke.Exposure { return g },
 		func(s triggers.Store) functions.Suspension { return control.NewSuspension(s) },
@@ -96,6 +99,12 @@ func newControllers(p params) *controllers {
 	return c
 }
 
-func newAPI(trs triggers.Store, jobs triggers.JobStore, fns functions.Store, ledger invoke.Ledger, c *controllers, log *slog.Logger) *trapi.API {
-	return trapi.New(trs, jobs, fns, ledger, trapi.Notifiers{Triggers: c.triggers.Enqueue, Jobs: c.jobs.Enqueue}, log)
+// asType adds the trigger type that ctor returns to triggers.TypesGroup.
+func asType(ctor any) any {
+	return fx.Annotate(ctor, fx.As(new(triggers.Type)), fx.ResultTags(triggers.TypesGroup))
+}
+
+func newAPI(trs triggers.Store, jobs triggers.JobStore, fns functions.Store, types *triggers.Types, ledger invoke.Ledger,
+	c *controllers, log *slog.Logger) *trapi.API {
+	return trapi.New(trs, jobs, fns, types, ledger, trapi.Notifiers{Triggers: c.triggers.Enqueue, Jobs: c.jobs.Enqueue}, log)
 }

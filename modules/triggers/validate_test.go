@@ -1,4 +1,4 @@
-package trapi
+package triggers_test
 
 import (
 	"encoding/json"
@@ -7,17 +7,32 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/cron"
+	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
 )
 
+// types returns the types of the server: http, cron, rabbitmq.
+func types(t *testing.T) *triggers.Types {
+	t.Helper()
+	ts, err := triggers.NewTypes([]triggers.Type{rabbitmq.Type{}, cron.Type{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
 func TestFieldsOfOtherTypesAreRefused(t *testing.T) {
+	ts := types(t)
 	tr := &triggers.Trigger{Name: "web", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: triggers.TypeHTTP}}
 	tr.Schedule, tr.Prefetch, tr.Queue = "@hourly", 5, "jobs"
-	applyTriggerDefaults(tr)
+	triggers.ApplyDefaults(tr, ts)
 	var ve *validation.Errors
-	if err := validateTrigger(tr); !errors.As(err, &ve) {
-		t.Fatalf("validateTrigger = %v; want field errors", err)
+	if err := triggers.Validate(tr, ts); !errors.As(err, &ve) {
+		t.Fatalf("Validate = %v; want field errors", err)
 	}
 	var got []string
 	for _, f := range ve.Fields {
@@ -34,18 +49,19 @@ func TestFieldsOfOtherTypesAreRefused(t *testing.T) {
 }
 
 func TestStringFieldsAreBounded(t *testing.T) {
+	ts := types(t)
 	cronTrigger := func(mutate func(*triggers.Trigger)) *triggers.Trigger {
 		tr := &triggers.Trigger{Name: "nightly", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: triggers.TypeCron}}
 		tr.Schedule = "@hourly"
 		mutate(tr)
-		applyTriggerDefaults(tr)
+		triggers.ApplyDefaults(tr, ts)
 		return tr
 	}
 	rabbitTrigger := func(mutate func(*triggers.Trigger)) *triggers.Trigger {
 		tr := &triggers.Trigger{Name: "orders", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: triggers.TypeRabbitMQ}}
 		tr.URL, tr.Queue = "amqp://guest:guest@localhost:5672/", "orders"
 		mutate(tr)
-		applyTriggerDefaults(tr)
+		triggers.ApplyDefaults(tr, ts)
 		return tr
 	}
 	long := func(n int) string { return strings.Repeat("a", n) }
@@ -79,7 +95,7 @@ func TestStringFieldsAreBounded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := validateTrigger(tt.tr)
+			err := triggers.Validate(tt.tr, ts)
 			var got []string
 			var ve *validation.Errors
 			if errors.As(err, &ve) {
@@ -87,7 +103,7 @@ func TestStringFieldsAreBounded(t *testing.T) {
 					got = append(got, f.Field+": "+f.Msg)
 				}
 			} else if err != nil {
-				t.Fatalf("validateTrigger = %v; want field errors", err)
+				t.Fatalf("Validate = %v; want field errors", err)
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("errors %q; want %q", got, tt.want)
@@ -99,22 +115,23 @@ func TestStringFieldsAreBounded(t *testing.T) {
 func TestJobNamespaceIsChecked(t *testing.T) {
 	j := &triggers.Job{Name: "once", Namespace: "Not_A_Name", JobSpec: triggers.JobSpec{Function: "hello"}}
 	var ve *validation.Errors
-	if err := validateJob(j); !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "namespace" {
-		t.Errorf("validateJob = %v; want a namespace error", err)
+	if err := triggers.ValidateJob(j); !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "namespace" {
+		t.Errorf("ValidateJob = %v; want a namespace error", err)
 	}
 }
 
 func TestJobPayloadIsBounded(t *testing.T) {
 	j := &triggers.Job{Name: "once", Namespace: "default", JobSpec: triggers.JobSpec{Function: "hello",
-		Payload: json.RawMessage(`"` + strings.Repeat("p", MaxPayloadBytes) + `"`)}}
+		Payload: json.RawMessage(`"` + strings.Repeat("p", triggers.MaxPayloadBytes) + `"`)}}
 	var ve *validation.Errors
-	if err := validateJob(j); !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "payload" ||
+	if err := triggers.ValidateJob(j); !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "payload" ||
 		!strings.Contains(ve.Fields[0].Msg, "the limit is 262144") {
-		t.Errorf("validateJob = %v; want a payload error naming the limit", err)
+		t.Errorf("ValidateJob = %v; want a payload error naming the limit", err)
 	}
 }
 
 func TestHTTPAuth(t *testing.T) {
+	ts := types(t)
 	tests := []struct {
 		typ, auth, want string
 	}{
@@ -130,8 +147,8 @@ func TestHTTPAuth(t *testing.T) {
 		if tt.typ == triggers.TypeCron {
 			tr.Schedule = "@hourly"
 		}
-		applyTriggerDefaults(tr)
-		err := validateTrigger(tr)
+		triggers.ApplyDefaults(tr, ts)
+		err := triggers.Validate(tr, ts)
 		var ve *validation.Errors
 		got := ""
 		if errors.As(err, &ve) {
@@ -143,5 +160,74 @@ func TestHTTPAuth(t *testing.T) {
 		if tt.typ == triggers.TypeHTTP && tt.want == "" && tr.Auth == "" {
 			t.Errorf("auth %q: no default applied", tt.auth)
 		}
+	}
+}
+
+// TestTypes checks that the messages name the registered types, http first,
+// and that a type is registered once.
+func TestTypes(t *testing.T) {
+	ts := types(t)
+	if got, want := ts.Names(), []string{"http", "cron", "rabbitmq"}; !slices.Equal(got, want) {
+		t.Errorf("Names() = %q; want %q", got, want)
+	}
+	for _, tc := range []struct{ typ, want string }{
+		{"", "type: is required: http, cron or rabbitmq"},
+		{"kafka", `type: "kafka" is not one of http, cron, rabbitmq`},
+	} {
+		tr := &triggers.Trigger{Name: "x", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: tc.typ}}
+		triggers.ApplyDefaults(tr, ts)
+		var ve *validation.Errors
+		if err := triggers.Validate(tr, ts); !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field+": "+ve.Fields[0].Msg != tc.want {
+			t.Errorf("type %q: Validate = %v; want %q", tc.typ, err, tc.want)
+		}
+	}
+	// A server with http triggers only names only http.
+	only, err := triggers.NewTypes(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &triggers.Trigger{Name: "x", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: triggers.TypeCron}}
+	tr.Schedule = "@hourly"
+	var ve *validation.Errors
+	if err := triggers.Validate(tr, only); !errors.As(err, &ve) || ve.Fields[0].Msg != `"cron" is not one of http` {
+		t.Errorf("a cron trigger where only http is registered: Validate = %v; want it refused", err)
+	}
+	for _, dup := range [][]triggers.Type{{cron.Type{}, cron.Type{}}, {httpNamed{}}} {
+		if _, err := triggers.NewTypes(dup); err == nil || !strings.Contains(err.Error(), "registered twice") {
+			t.Errorf("NewTypes(%T) = %v; want a duplicate refused", dup, err)
+		}
+	}
+}
+
+// httpNamed is a type that claims the built-in name.
+type httpNamed struct{ cron.Type }
+
+func (httpNamed) Name() string { return triggers.TypeHTTP }
+
+func TestRedaction(t *testing.T) {
+	ts := types(t)
+	stored := &triggers.Trigger{Name: "orders", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: triggers.TypeRabbitMQ}}
+	stored.URL, stored.Queue = "amqp://app:s3cret@broker:5672/vh", "orders"
+	shown := triggers.Redacted(stored, ts)
+	if shown.URL != "amqp://app:***@broker:5672/vh" || stored.URL != "amqp://app:s3cret@broker:5672/vh" {
+		t.Errorf("Redacted: shown %q, stored %q; want the password hidden in the copy only", shown.URL, stored.URL)
+	}
+	// What a client read and sends back keeps the stored password; a new
+	// URL is taken as it is.
+	back := *shown
+	triggers.Unredact(&back, stored, ts)
+	if back.URL != stored.URL {
+		t.Errorf("Unredact of the shown URL = %q; want the stored %q", back.URL, stored.URL)
+	}
+	changed := *shown
+	changed.URL = "amqp://app:new@broker:5672/vh"
+	triggers.Unredact(&changed, stored, ts)
+	if changed.URL != "amqp://app:new@broker:5672/vh" {
+		t.Errorf("Unredact of a new URL = %q; want it unchanged", changed.URL)
+	}
+	// Types without secrets are shown as they are.
+	web := &triggers.Trigger{Name: "web", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: triggers.TypeHTTP}}
+	if diff := cmp.Diff(web, triggers.Redacted(web, ts)); diff != "" {
+		t.Errorf("Redacted changed an http trigger (-want +got):\n%s", diff)
 	}
 }
