@@ -18,18 +18,18 @@ const (
 // Dependents implements functions.Dependents: a function's triggers and jobs
 // are deleted with it.
 type Dependents struct {
-	triggers   triggers.Store
-	jobs       triggers.JobStore
-	reconciler *TriggerReconciler
+	triggers triggers.Store
+	jobs     triggers.JobStore
+	local    *Local
 	// enqueueTriggers and enqueueJobs tell the reconcilers about the
 	// deletions.
 	enqueueTriggers, enqueueJobs func(triggers.Key)
 }
 
-// NewDependents returns the dependents of functions in the stores; r stops
-// the deleted triggers.
-func NewDependents(trs triggers.Store, jobs triggers.JobStore, r *TriggerReconciler, enqueueTriggers, enqueueJobs func(triggers.Key)) *Dependents {
-	return &Dependents{triggers: trs, jobs: jobs, reconciler: r, enqueueTriggers: enqueueTriggers, enqueueJobs: enqueueJobs}
+// NewDependents returns the dependents of functions in the stores; local
+// stops the deleted triggers.
+func NewDependents(trs triggers.Store, jobs triggers.JobStore, local *Local, enqueueTriggers, enqueueJobs func(triggers.Key)) *Dependents {
+	return &Dependents{triggers: trs, jobs: jobs, local: local, enqueueTriggers: enqueueTriggers, enqueueJobs: enqueueJobs}
 }
 
 // DeleteDependents implements functions.Dependents. A deleted trigger is
@@ -50,7 +50,7 @@ func (d *Dependents) DeleteDependents(ctx context.Context, fn functions.Key) (ma
 		if err := d.triggers.Delete(ctx, t.Key()); err != nil && !errors.Is(err, triggers.ErrNotFound) {
 			return nil, err
 		}
-		d.reconciler.stop(t.Key())
+		d.local.Remove(t.Key())
 		d.enqueueTriggers(t.Key())
 		deleted[KindTriggers] = append(deleted[KindTriggers], t.Name)
 	}

@@ -1,6 +1,7 @@
-// Package control runs triggers and jobs: the reconcilers that bring them to
-// their desired state, the gate that decides which functions /fn serves, and
-// the keeper of triggers' status.
+// Package control runs triggers and jobs in this process (the embedded
+// mode): Local applies the desired state that package reconcile decides to
+// the gate that decides which functions /fn serves, to the runners and to
+// the keeper of triggers' status; the job reconciler runs jobs.
 package control
 
 import (
@@ -9,29 +10,23 @@ import (
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/reconcile"
 )
 
 // Gate implements invoke.Exposure from the enabled http triggers. The
 // trigger reconciler is its only writer; /fn reads it on every request.
 type Gate struct {
 	mu sync.RWMutex
-	// opened maps an enabled http trigger to what it opens.
-	opened map[triggers.Key]opening
+	// opened maps an active http trigger to what it opens.
+	opened map[triggers.Key]reconcile.Exposure
 	// triggers and private count the enabled http triggers of a function,
 	// and those of them that require a token.
 	triggers, private map[functions.Key]int
 }
 
-// opening is what one enabled http trigger opens: its function, to anyone
-// or to token holders only.
-type opening struct {
-	function functions.Key
-	token    bool
-}
-
 // NewGate returns a gate that exposes nothing.
 func NewGate() *Gate {
-	return &Gate{opened: map[triggers.Key]opening{}, triggers: map[functions.Key]int{}, private: map[functions.Key]int{}}
+	return &Gate{opened: map[triggers.Key]reconcile.Exposure{}, triggers: map[functions.Key]int{}, private: map[functions.Key]int{}}
 }
 
 // Access implements invoke.Exposure: a function is exposed while it has an
@@ -45,43 +40,43 @@ func (g *Gate) Access(ns, function string) invoke.Access {
 	return invoke.Access{Exposed: g.triggers[k] > 0, TokenRequired: g.private[k] > 0}
 }
 
-// set records what the trigger key opens (the zero opening for nothing) and
+// set records what the trigger key opens (the zero Exposure for nothing) and
 // returns the functions whose exposure changed (not their privacy: that
 // changes no instance).
-func (g *Gate) set(key triggers.Key, o opening) []functions.Key {
+func (g *Gate) set(key triggers.Key, o reconcile.Exposure) []functions.Key {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	old, had := g.opened[key]
 	switch {
 	case old == o:
 		return nil
-	case had && old.function == o.function:
+	case had && old.Function == o.Function:
 		// Only the auth changed.
 		g.opened[key] = o
-		if o.token {
-			g.private[o.function]++
+		if o.TokenRequired {
+			g.private[o.Function]++
 		} else {
-			decrement(g.private, o.function)
+			decrement(g.private, o.Function)
 		}
 		return nil
 	}
 	var changed []functions.Key
 	if had {
 		delete(g.opened, key)
-		if old.token {
-			decrement(g.private, old.function)
+		if old.TokenRequired {
+			decrement(g.private, old.Function)
 		}
-		if decrement(g.triggers, old.function) {
-			changed = append(changed, old.function)
+		if decrement(g.triggers, old.Function) {
+			changed = append(changed, old.Function)
 		}
 	}
-	if o.function != (functions.Key{}) {
+	if o.Function != (functions.Key{}) {
 		g.opened[key] = o
-		if o.token {
-			g.private[o.function]++
+		if o.TokenRequired {
+			g.private[o.Function]++
 		}
-		if g.triggers[o.function]++; g.triggers[o.function] == 1 {
-			changed = append(changed, o.function)
+		if g.triggers[o.Function]++; g.triggers[o.Function] == 1 {
+			changed = append(changed, o.Function)
 		}
 	}
 	return changed

@@ -7,28 +7,29 @@ import (
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/reconcile"
 )
 
 func TestGate(t *testing.T) {
 	fn := functions.Key{Namespace: "a", Name: "f"}
-	pub := opening{function: fn}
-	priv := opening{function: fn, token: true}
+	pub := reconcile.Exposure{Function: fn}
+	priv := reconcile.Exposure{Function: fn, TokenRequired: true}
 	web, api := triggers.Key{Namespace: "a", Name: "web"}, triggers.Key{Namespace: "a", Name: "api"}
 	g := NewGate()
 	steps := []struct {
 		name        string
 		key         triggers.Key
-		o           opening
+		o           reconcile.Exposure
 		want        invoke.Access
 		wantChanged []functions.Key
 	}{
 		{"public trigger exposes", web, pub, invoke.Access{Exposed: true}, []functions.Key{fn}},
 		{"a private one makes it private", api, priv, invoke.Access{Exposed: true, TokenRequired: true}, nil},
 		{"the public one goes private too", web, priv, invoke.Access{Exposed: true, TokenRequired: true}, nil},
-		{"one private trigger removed", api, opening{}, invoke.Access{Exposed: true, TokenRequired: true}, nil},
+		{"one private trigger removed", api, reconcile.Exposure{}, invoke.Access{Exposed: true, TokenRequired: true}, nil},
 		{"back to public", web, pub, invoke.Access{Exposed: true}, nil},
 		{"the same again changes nothing", web, pub, invoke.Access{Exposed: true}, nil},
-		{"last trigger removed", web, opening{}, invoke.Access{}, []functions.Key{fn}},
+		{"last trigger removed", web, reconcile.Exposure{}, invoke.Access{}, []functions.Key{fn}},
 	}
 	for _, s := range steps {
 		changed := g.set(s.key, s.o)

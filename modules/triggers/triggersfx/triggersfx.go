@@ -19,6 +19,7 @@ import (
 	"sless.kube5s.ru/sless/modules/triggers/control"
 	"sless.kube5s.ru/sless/modules/triggers/cron"
 	"sless.kube5s.ru/sless/modules/triggers/rabbitmq"
+	"sless.kube5s.ru/sless/modules/triggers/reconcile"
 	"sless.kube5s.ru/sless/modules/triggers/trapi"
 	"sless.kube5s.ru/sless/modules/triggers/trstore"
 )
@@ -41,7 +42,7 @@ var Module = fx.Module("triggers",
 		fx.Annotate(triggers.NewTypes, fx.ParamTags(triggers.TypesGroup)),
 		control.NewGate,
 		func(g *control.Gate) invoke.Exposure { return g },
-		func(s triggers.Store) functions.Suspension { return control.NewSuspension(s) },
+		func(s triggers.Store) functions.Suspension { return reconcile.NewSuspension(s) },
 		newControllers,
 		func(c *controllers) functions.Dependents { return c.dependents },
 		httpx.AsRoutes(newAPI),
@@ -76,17 +77,18 @@ func newControllers(p params) *controllers {
 	cronRunner := cron.New(p.Invoker, p.Instances, keeper, p.Log)
 	rabbitRunner := rabbitmq.New(p.Invoker, keeper, p.Log)
 	runners := map[string]triggers.Runner{triggers.TypeCron: cronRunner, triggers.TypeRabbitMQ: rabbitRunner}
-	trRec := control.NewTriggerReconciler(p.Triggers, p.Functions, runners, p.Gate, keeper, p.Notifier, p.Log)
+	local := control.NewLocal(p.Triggers, runners, p.Gate, keeper, p.Notifier, p.Log)
+	trRec := reconcile.New(p.Triggers, p.Functions, local)
 	jobRec := control.NewJobReconciler(p.Jobs, p.Invoker, p.Ledger, p.Log)
 	c := &controllers{
 		triggers: controller.New("triggers", trRec.Reconcile, p.Triggers.Keys, p.Config.Workers, p.Log),
 		jobs:     controller.New("jobs", jobRec.Reconcile, p.Jobs.Keys, p.Config.Workers, p.Log),
 	}
 	jobRec.Enqueue = c.jobs.Enqueue
-	c.dependents = control.NewDependents(p.Triggers, p.Jobs, trRec, c.triggers.Enqueue, c.jobs.Enqueue)
+	c.dependents = control.NewDependents(p.Triggers, p.Jobs, local, c.triggers.Enqueue, c.jobs.Enqueue)
 	p.LC.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
-			return errors.Join(keeper.Start(ctx), trRec.LoadGate(ctx), jobRec.Start(ctx),
+			return errors.Join(keeper.Start(ctx), local.LoadGate(ctx), jobRec.Start(ctx),
 				c.triggers.Start(ctx), c.jobs.Start(ctx))
 		},
 		// Stop taking work, let the runs in flight finish, then write the
