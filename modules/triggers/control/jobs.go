@@ -31,6 +31,10 @@ type JobReconciler struct {
 	log     *slog.Logger
 	// Enqueue asks for a job to be reconciled again; set by the driver.
 	Enqueue func(triggers.Key)
+	// now and newID are the clock and the invocation ids; tests replace
+	// them.
+	now   func() time.Time
+	newID func() string
 
 	mu      sync.Mutex
 	running map[triggers.Key]bool
@@ -46,6 +50,7 @@ type JobReconciler struct {
 // NewJobReconciler returns the reconciler.
 func NewJobReconciler(store triggers.JobStore, invoker invoke.Invoker, ledger invoke.Ledger, log *slog.Logger) *JobReconciler {
 	return &JobReconciler{store: store, invoker: invoker, ledger: ledger, log: log,
+		now: time.Now, newID: func() string { return uuid.Must(uuid.NewV7()).String() },
 		running: map[triggers.Key]bool{}}
 }
 
@@ -106,8 +111,8 @@ func (r *JobReconciler) Reconcile(ctx context.Context, key triggers.Key) (reconc
 // start records a new run as Running and invokes the function in the
 // background.
 func (r *JobReconciler) start(ctx context.Context, j *triggers.Job, st triggers.JobStatus) error {
-	now := time.Now().UTC()
-	st = triggers.JobStatus{Phase: triggers.JobRunning, RunID: j.RunID, InvocationID: uuid.Must(uuid.NewV7()).String(),
+	now := r.now().UTC()
+	st = triggers.JobStatus{Phase: triggers.JobRunning, RunID: j.RunID, InvocationID: r.newID(),
 		StartedAt: &now, ObservedGeneration: j.Generation}
 	if err := r.store.UpdateStatus(ctx, j.Key(), st); err != nil {
 		return err
@@ -135,7 +140,7 @@ func (r *JobReconciler) run(j *triggers.Job, st triggers.JobStatus) {
 		Header: http.Header{"Content-Type": {"application/json"}}, Body: j.Payload,
 		TriggerKind: invoke.KindJob, TriggerName: j.Name, TriggerMeta: map[string]any{"run_id": j.RunID},
 	})
-	finished := time.Now().UTC()
+	finished := r.now().UTC()
 	st.FinishedAt = &finished
 	switch {
 	case err != nil:
@@ -171,7 +176,7 @@ func (r *JobReconciler) finish(key triggers.Key, st triggers.JobStatus) {
 // recover settles a run left Running by a server that stopped, from the
 // ledger, without running it again.
 func (r *JobReconciler) recover(ctx context.Context, j *triggers.Job, st triggers.JobStatus) (triggers.JobStatus, error) {
-	now := time.Now().UTC()
+	now := r.now().UTC()
 	st.FinishedAt = &now
 	rec, err := r.ledger.Get(ctx, j.Namespace, st.InvocationID)
 	switch {
