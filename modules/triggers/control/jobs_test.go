@@ -14,7 +14,6 @@ import (
 
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/triggers"
-	"sless.kube5s.ru/sless/modules/triggers/trstoretest"
 )
 
 // fakeInvoker answers every invocation with answer and records the
@@ -176,83 +175,85 @@ func TestJobReconciler(t *testing.T) {
 	}, {
 		name: "a job that does not exist is nothing to do",
 	}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			store := trstoretest.NewJobs()
-			if tc.spec != nil {
-				if _, err := store.Create(ctx, &triggers.Job{Namespace: key.Namespace, Name: key.Name, JobSpec: *tc.spec}); err != nil {
-					t.Fatal(err)
-				}
-				if err := store.UpdateStatus(ctx, key, tc.status); err != nil {
-					t.Fatal(err)
-				}
-			}
-			inv := &fakeInvoker{answer: func(req invoke.Request) (*invoke.Response, error) {
-				if tc.during != nil {
-					tc.during(store)
-				}
-				if tc.answer == nil {
-					return nil, errors.New("no invocation expected")
-				}
-				return tc.answer(req)
-			}}
-			r := NewJobReconciler(store, inv, &fakeLedger{records: tc.records}, discard)
-			r.now = func() time.Time { return now }
-			ids := 0
-			r.newID = func() string { ids++; return fmt.Sprintf("inv-%d", ids) }
-			var mu sync.Mutex
-			var enqueued []triggers.Key
-			r.Enqueue = func(k triggers.Key) { mu.Lock(); enqueued = append(enqueued, k); mu.Unlock() }
-			if err := r.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-
-			// Reconcile until the job asks for nothing more, as the
-			// controller would.
-			pending := []triggers.Key{key}
-			for round := 0; len(pending) > 0; round++ {
-				if round == 10 {
-					t.Fatalf("still enqueued after %d rounds: %v", round, pending)
-				}
-				for _, k := range pending {
-					if _, err := r.Reconcile(ctx, k); err != nil {
-						t.Fatalf("Reconcile: %v", err)
+	for _, b := range backends {
+		for _, tc := range tests {
+			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				_, store := b.open(t)
+				if tc.spec != nil {
+					if _, err := store.Create(ctx, &triggers.Job{Namespace: key.Namespace, Name: key.Name, JobSpec: *tc.spec}); err != nil {
+						t.Fatal(err)
+					}
+					if err := store.UpdateStatus(ctx, key, tc.status); err != nil {
+						t.Fatal(err)
 					}
 				}
-				r.wg.Wait()
-				mu.Lock()
-				pending, enqueued = enqueued, nil
-				mu.Unlock()
-			}
-			if err := r.Stop(ctx); err != nil {
-				t.Fatal(err)
-			}
+				inv := &fakeInvoker{answer: func(req invoke.Request) (*invoke.Response, error) {
+					if tc.during != nil {
+						tc.during(store)
+					}
+					if tc.answer == nil {
+						return nil, errors.New("no invocation expected")
+					}
+					return tc.answer(req)
+				}}
+				r := NewJobReconciler(store, inv, &fakeLedger{records: tc.records}, discard)
+				r.now = func() time.Time { return now }
+				ids := 0
+				r.newID = func() string { ids++; return fmt.Sprintf("inv-%d", ids) }
+				var mu sync.Mutex
+				var enqueued []triggers.Key
+				r.Enqueue = func(k triggers.Key) { mu.Lock(); enqueued = append(enqueued, k); mu.Unlock() }
+				if err := r.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
 
-			got, err := store.Get(ctx, key)
-			switch {
-			case tc.wantStatus == nil && !errors.Is(err, triggers.ErrNotFound):
-				t.Errorf("Get = %+v, %v; want the job absent", got, err)
-			case tc.wantStatus != nil && err != nil:
-				t.Fatal(err)
-			case tc.wantStatus != nil:
-				if diff := cmp.Diff(*tc.wantStatus, got.Status); diff != "" {
-					t.Errorf("status (-want +got):\n%s", diff)
+				// Reconcile until the job asks for nothing more, as the
+				// controller would.
+				pending := []triggers.Key{key}
+				for round := 0; len(pending) > 0; round++ {
+					if round == 10 {
+						t.Fatalf("still enqueued after %d rounds: %v", round, pending)
+					}
+					for _, k := range pending {
+						if _, err := r.Reconcile(ctx, k); err != nil {
+							t.Fatalf("Reconcile: %v", err)
+						}
+					}
+					r.wg.Wait()
+					mu.Lock()
+					pending, enqueued = enqueued, nil
+					mu.Unlock()
 				}
-			}
-			var runs []string
-			for _, req := range inv.reqs {
-				runs = append(runs, fmt.Sprintf("%v %s", req.TriggerMeta["run_id"], req.InvocationID))
-				if req.Namespace != key.Namespace || req.Function != "f" || req.TriggerKind != invoke.KindJob || req.TriggerName != key.Name {
-					t.Errorf("request %+v; want a job run of ns/f named %s", req, key.Name)
+				if err := r.Stop(ctx); err != nil {
+					t.Fatal(err)
 				}
-			}
-			if diff := cmp.Diff(tc.wantRuns, runs); diff != "" {
-				t.Errorf("runs (-want +got):\n%s", diff)
-			}
-			if tc.spec != nil && tc.spec.Payload != nil && len(inv.reqs) > 0 && string(inv.reqs[0].Body) != string(tc.spec.Payload) {
-				t.Errorf("body %s; want the payload %s", inv.reqs[0].Body, tc.spec.Payload)
-			}
-		})
+
+				got, err := store.Get(ctx, key)
+				switch {
+				case tc.wantStatus == nil && !errors.Is(err, triggers.ErrNotFound):
+					t.Errorf("Get = %+v, %v; want the job absent", got, err)
+				case tc.wantStatus != nil && err != nil:
+					t.Fatal(err)
+				case tc.wantStatus != nil:
+					if diff := cmp.Diff(*tc.wantStatus, got.Status); diff != "" {
+						t.Errorf("status (-want +got):\n%s", diff)
+					}
+				}
+				var runs []string
+				for _, req := range inv.reqs {
+					runs = append(runs, fmt.Sprintf("%v %s", req.TriggerMeta["run_id"], req.InvocationID))
+					if req.Namespace != key.Namespace || req.Function != "f" || req.TriggerKind != invoke.KindJob || req.TriggerName != key.Name {
+						t.Errorf("request %+v; want a job run of ns/f named %s", req, key.Name)
+					}
+				}
+				if diff := cmp.Diff(tc.wantRuns, runs); diff != "" {
+					t.Errorf("runs (-want +got):\n%s", diff)
+				}
+				if tc.spec != nil && tc.spec.Payload != nil && len(inv.reqs) > 0 && string(inv.reqs[0].Body) != string(tc.spec.Payload) {
+					t.Errorf("body %s; want the payload %s", inv.reqs[0].Body, tc.spec.Payload)
+				}
+			})
+		}
 	}
 }

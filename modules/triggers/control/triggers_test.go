@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -14,12 +15,37 @@ import (
 
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
 	"sless.kube5s.ru/sless/modules/triggers"
 	"sless.kube5s.ru/sless/modules/triggers/reconcile"
+	"sless.kube5s.ru/sless/modules/triggers/trstore"
 	"sless.kube5s.ru/sless/modules/triggers/trstoretest"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// backends are the stores that the reconciler tables run on: the in-memory
+// stores and the gorm stores on SQLite, as a store of custom resources
+// will later.
+var backends = []struct {
+	name string
+	open func(t *testing.T) (triggers.Store, triggers.JobStore)
+}{
+	{"memory", func(*testing.T) (triggers.Store, triggers.JobStore) {
+		return trstoretest.NewTriggers(), trstoretest.NewJobs()
+	}},
+	{"sqlite", func(t *testing.T) (triggers.Store, triggers.JobStore) {
+		db, _, err := sqldb.Open("sqlite:"+filepath.Join(t.TempDir(), "db.sqlite"), discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sqldb.Close(db) })
+		if err := sqldb.Migrate(context.Background(), db, trstore.Migrations()); err != nil {
+			t.Fatal(err)
+		}
+		return trstore.NewTriggers(db), trstore.NewJobs(db)
+	}},
+}
 
 // fakeFunctions is a functions.Store that knows which functions exist;
 // only Get is used.
@@ -210,80 +236,82 @@ func TestTriggerReconciler(t *testing.T) {
 		wantAccess: invoke.Access{Exposed: true},
 		wantErr:    boom,
 	}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			mem := trstoretest.NewTriggers()
-			var store triggers.Store = mem
-			if tc.storeErr != nil {
-				store = failingTriggers{Store: mem, err: tc.storeErr}
-			}
-			if tc.trigger != nil {
-				if _, err := mem.Create(ctx, tc.trigger); err != nil {
+	for _, b := range backends {
+		for _, tc := range tests {
+			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				base, _ := b.open(t)
+				var store triggers.Store = base
+				if tc.storeErr != nil {
+					store = failingTriggers{Store: base, err: tc.storeErr}
+				}
+				if tc.trigger != nil {
+					if _, err := base.Create(ctx, tc.trigger); err != nil {
+						t.Fatal(err)
+					}
+					for range tc.updates {
+						if _, err := base.UpdateSpec(ctx, key, tc.trigger.Spec); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if tc.status != nil {
+						if err := base.UpdateStatus(ctx, key, *tc.status); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				fns := &fakeFunctions{exist: map[functions.Key]bool{fn: !tc.noFn}, err: tc.fnErr}
+				var mu sync.Mutex
+				var calls []string
+				runners := map[string]triggers.Runner{
+					triggers.TypeCron:     fakeRunner{typ: triggers.TypeCron, err: tc.runnerErr, mu: &mu, calls: &calls},
+					triggers.TypeRabbitMQ: fakeRunner{typ: triggers.TypeRabbitMQ, err: tc.runnerErr, mu: &mu, calls: &calls},
+				}
+				gate := NewGate()
+				if tc.exposed != nil {
+					gate.set(key, *tc.exposed)
+				}
+				var notified []functions.Key
+				notifier := functions.NotifierFunc(func(k functions.Key) { notified = append(notified, k) })
+				keeper := NewStatusKeeper(base, discard)
+				r := reconcile.New(store, fns, NewLocal(base, runners, gate, keeper, notifier, discard))
+
+				res, err := r.Reconcile(ctx, key)
+
+				if !errors.Is(err, tc.wantErr) || (err != nil) != (tc.wantErr != nil) {
+					t.Errorf("Reconcile error = %v; want %v", err, tc.wantErr)
+				}
+				if res.RequeueAfter != tc.wantRequeue {
+					t.Errorf("RequeueAfter = %v; want %v", res.RequeueAfter, tc.wantRequeue)
+				}
+				got, err := base.Get(ctx, key)
+				switch {
+				case tc.wantStatus == nil && !errors.Is(err, triggers.ErrNotFound):
+					t.Errorf("Get after the reconcile = %v; want the trigger absent", err)
+				case tc.wantStatus != nil && err != nil:
 					t.Fatal(err)
-				}
-				for range tc.updates {
-					if _, err := mem.UpdateSpec(ctx, key, tc.trigger.Spec); err != nil {
-						t.Fatal(err)
+				case tc.wantStatus != nil:
+					if diff := cmp.Diff(*tc.wantStatus, got.Status); diff != "" {
+						t.Errorf("status (-want +got):\n%s", diff)
 					}
 				}
-				if tc.status != nil {
-					if err := mem.UpdateStatus(ctx, key, *tc.status); err != nil {
-						t.Fatal(err)
-					}
+				slices.Sort(calls)
+				if diff := cmp.Diff(tc.wantCalls, calls); diff != "" {
+					t.Errorf("runner calls (-want +got):\n%s", diff)
 				}
-			}
-			fns := &fakeFunctions{exist: map[functions.Key]bool{fn: !tc.noFn}, err: tc.fnErr}
-			var mu sync.Mutex
-			var calls []string
-			runners := map[string]triggers.Runner{
-				triggers.TypeCron:     fakeRunner{typ: triggers.TypeCron, err: tc.runnerErr, mu: &mu, calls: &calls},
-				triggers.TypeRabbitMQ: fakeRunner{typ: triggers.TypeRabbitMQ, err: tc.runnerErr, mu: &mu, calls: &calls},
-			}
-			gate := NewGate()
-			if tc.exposed != nil {
-				gate.set(key, *tc.exposed)
-			}
-			var notified []functions.Key
-			notifier := functions.NotifierFunc(func(k functions.Key) { notified = append(notified, k) })
-			keeper := NewStatusKeeper(mem, discard)
-			r := reconcile.New(store, fns, NewLocal(mem, runners, gate, keeper, notifier, discard))
-
-			res, err := r.Reconcile(ctx, key)
-
-			if !errors.Is(err, tc.wantErr) || (err != nil) != (tc.wantErr != nil) {
-				t.Errorf("Reconcile error = %v; want %v", err, tc.wantErr)
-			}
-			if res.RequeueAfter != tc.wantRequeue {
-				t.Errorf("RequeueAfter = %v; want %v", res.RequeueAfter, tc.wantRequeue)
-			}
-			got, err := mem.Get(ctx, key)
-			switch {
-			case tc.wantStatus == nil && !errors.Is(err, triggers.ErrNotFound):
-				t.Errorf("Get after the reconcile = %v; want the trigger absent", err)
-			case tc.wantStatus != nil && err != nil:
-				t.Fatal(err)
-			case tc.wantStatus != nil:
-				if diff := cmp.Diff(*tc.wantStatus, got.Status); diff != "" {
-					t.Errorf("status (-want +got):\n%s", diff)
+				if got := gate.Access(fn.Namespace, fn.Name); got != tc.wantAccess {
+					t.Errorf("/fn access %+v; want %+v", got, tc.wantAccess)
 				}
-			}
-			slices.Sort(calls)
-			if diff := cmp.Diff(tc.wantCalls, calls); diff != "" {
-				t.Errorf("runner calls (-want +got):\n%s", diff)
-			}
-			if got := gate.Access(fn.Namespace, fn.Name); got != tc.wantAccess {
-				t.Errorf("/fn access %+v; want %+v", got, tc.wantAccess)
-			}
-			if diff := cmp.Diff(tc.wantNotified, notified); diff != "" {
-				t.Errorf("functions told of an exposure change (-want +got):\n%s", diff)
-			}
-			keeper.mu.Lock()
-			_, tracked := keeper.statuses[key]
-			keeper.mu.Unlock()
-			if wantTracked := tc.wantStatus != nil && tc.wantErr == nil; tracked != wantTracked {
-				t.Errorf("keeper tracks the trigger: %v; want %v", tracked, wantTracked)
-			}
-		})
+				if diff := cmp.Diff(tc.wantNotified, notified); diff != "" {
+					t.Errorf("functions told of an exposure change (-want +got):\n%s", diff)
+				}
+				keeper.mu.Lock()
+				_, tracked := keeper.statuses[key]
+				keeper.mu.Unlock()
+				if wantTracked := tc.wantStatus != nil && tc.wantErr == nil; tracked != wantTracked {
+					t.Errorf("keeper tracks the trigger: %v; want %v", tracked, wantTracked)
+				}
+			})
+		}
 	}
 }
