@@ -13,6 +13,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
@@ -163,13 +164,10 @@ func (s *Store[Spec, Status]) All(ctx context.Context) ([]*Object[Spec, Status],
 	return s.decodeAll(rows)
 }
 
-// Key names an object.
-type Key struct{ Namespace, Name string }
-
 // Keys returns every object's key, for a resync after start-up, without
 // reading the objects.
-func (s *Store[Spec, Status]) Keys(ctx context.Context) ([]Key, error) {
-	var keys []Key
+func (s *Store[Spec, Status]) Keys(ctx context.Context) ([]meta.Key, error) {
+	var keys []meta.Key
 	if err := s.tx(ctx).Select("namespace", "name").Order("namespace, name").Find(&keys).Error; err != nil {
 		return nil, fmt.Errorf("listing %s keys: %w", s.kind, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"sless.kube5s.ru/sless/internal/objstore"
 	"sless.kube5s.ru/sless/internal/testenv"
+	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
@@ -33,13 +34,13 @@ func TestKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := objstore.New[spec, status](db, "things", "thing", objstore.Errors{NotFound: errors.New("not found"), AlreadyExists: errors.New("exists")})
-			for _, k := range []objstore.Key{{"b", "x"}, {"a", "z"}, {"a", "y"}} {
+			for _, k := range []meta.Key{{Namespace: "b", Name: "x"}, {Namespace: "a", Name: "z"}, {Namespace: "a", Name: "y"}} {
 				if _, err := s.Create(ctx, &objstore.Object[spec, status]{Namespace: k.Namespace, Name: k.Name, Function: "f"}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			keys, err := s.Keys(ctx)
-			if want := []objstore.Key{{"a", "y"}, {"a", "z"}, {"b", "x"}}; err != nil || !slices.Equal(keys, want) {
+			if want := []meta.Key{{Namespace: "a", Name: "y"}, {Namespace: "a", Name: "z"}, {Namespace: "b", Name: "x"}}; err != nil || !slices.Equal(keys, want) {
 				t.Errorf("Keys() = %v, %v; want %v", keys, err, want)
 			}
 		})

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"sless.kube5s.ru/sless/modules/meta"
 )
 
 // Sentinel errors returned (wrapped) by Store implementations.
@@ -190,12 +192,8 @@ type Function struct {
 	Status     Status    `json:"status"`
 }
 
-// Key names a function.
-type Key struct {
-	Namespace, Name string
-}
-
-func (k Key) String() string { return k.Namespace + "/" + k.Name }
+// Key names a function; it is the key of every module.
+type Key = meta.Key
 
 // Public returns a copy of f as the REST API shows it: without the status'
 // bookkeeping, which is the reconciler's (an artifact is a path on the
@@ -207,15 +205,10 @@ func (f *Function) Public() *Function {
 }
 
 // Key returns the function's key.
-func (f *Function) Key() Key { return Key{f.Namespace, f.Name} }
+func (f *Function) Key() Key { return Key{Namespace: f.Namespace, Name: f.Name} }
 
 // ListOptions selects a page of a list.
-type ListOptions struct {
-	// Limit is the page size; see validation.PageSize.
-	Limit int
-	// After is the name after which the page starts (a continue token).
-	After string
-}
+type ListOptions = meta.ListOptions
 
 // Store persists functions. Implementations are safe for concurrent use.
 // Writes of the spec and of the status never overwrite each other.

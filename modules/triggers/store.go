@@ -3,6 +3,8 @@ package triggers
 import (
 	"context"
 	"errors"
+
+	"sless.kube5s.ru/sless/modules/meta"
 )
 
 // Sentinel errors returned (wrapped) by Store and JobStore implementations.
@@ -12,12 +14,7 @@ var (
 )
 
 // ListOptions selects a page of a list.
-type ListOptions struct {
-	// Limit is the page size; see validation.PageSize.
-	Limit int
-	// After is the name after which the page starts (a continue token).
-	After string
-}
+type ListOptions = meta.ListOptions
 
 // Store persists triggers. Implementations are safe for concurrent use.
 // Writes of the spec and of the status never overwrite each other.

@@ -8,6 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"sless.kube5s.ru/sless/modules/meta"
 )
 
 // Trigger types.
@@ -144,16 +146,11 @@ type Trigger struct {
 	Status     Status    `json:"status"`
 }
 
-// Key names a trigger or a job.
-type Key struct {
-	Namespace, Name string
-}
-
-// String returns "namespace/name".
-func (k Key) String() string { return k.Namespace + "/" + k.Name }
+// Key names a trigger or a job; it is the key of every module.
+type Key = meta.Key
 
 // Key returns the trigger's key.
-func (t *Trigger) Key() Key { return Key{t.Namespace, t.Name} }
+func (t *Trigger) Key() Key { return Key{Namespace: t.Namespace, Name: t.Name} }
 
 // Event kinds reported by runners.
 const (
@@ -267,4 +264,4 @@ type Job struct {
 }
 
 // Key returns the job's key.
-func (j *Job) Key() Key { return Key{j.Namespace, j.Name} }
+func (j *Job) Key() Key { return Key{Namespace: j.Namespace, Name: j.Name} }

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
@@ -103,7 +104,7 @@ type Executor struct {
 
 	// mu guards the maps; every invocation reads pools.
 	mu     sync.RWMutex
-	pools  map[string]*pool
+	pools  map[meta.Key]*pool
 	spares map[string]*spares
 	// wrappers maps a runtime to its wrapper file, written once.
 	wrappers map[string]string
@@ -125,7 +126,7 @@ var (
 func New(cfg Config, runtimes Runtimes, log *slog.Logger) *Executor {
 	cfg.defaults()
 	return &Executor{cfg: cfg, runtimes: runtimes, log: log,
-		pools: map[string]*pool{}, spares: map[string]*spares{}, wrappers: map[string]string{}}
+		pools: map[meta.Key]*pool{}, spares: map[string]*spares{}, wrappers: map[string]string{}}
 }
 
 // Start creates the executor's runtime directory and starts the idle reaper.
@@ -162,7 +163,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	e.cancel()
 	e.mu.Lock()
 	pools, spareSets := e.pools, e.spares
-	e.pools, e.spares = map[string]*pool{}, map[string]*spares{}
+	e.pools, e.spares = map[meta.Key]*pool{}, map[string]*spares{}
 	e.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range pools {
@@ -188,7 +189,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	return os.RemoveAll(e.dir)
 }
 
-func key(ns, name string) string { return ns + "/" + name }
+func key(ns, name string) meta.Key { return meta.Key{Namespace: ns, Name: name} }
 
 // Deploy implements runtime.Deployer. The version serves at once: its
 // instances start on demand.
@@ -420,7 +421,7 @@ func (e *Executor) reapLoop() {
 		now := time.Now()
 		for _, p := range pools {
 			for _, inst := range p.reap(now, e.cfg.IdleTimeout) {
-				e.log.Debug("stopping idle instance", "function", p.key, "pid", inst.proc.cmd.Process.Pid)
+				e.log.Debug("stopping idle instance", "function", p.key.String(), "pid", inst.proc.cmd.Process.Pid)
 				go inst.proc.stop(2 * time.Second)
 			}
 		}

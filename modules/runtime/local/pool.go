@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/runtime"
 )
 
@@ -39,7 +40,7 @@ type grant struct {
 // pool holds the instances of one function.
 type pool struct {
 	e   *Executor
-	key string
+	key meta.Key
 
 	mu        sync.Mutex
 	target    *runtime.Target
@@ -54,7 +55,7 @@ type pool struct {
 
 // newPool returns the pool of a function deployed as t; deploy(t) then
 // starts its min_instances.
-func newPool(e *Executor, key string, t runtime.Target) *pool {
+func newPool(e *Executor, key meta.Key, t runtime.Target) *pool {
 	return &pool{e: e, key: key, target: &t}
 }
 
@@ -234,7 +235,7 @@ func (p *pool) started(t *runtime.Target, pr *process, took time.Duration, err e
 	defer p.mu.Unlock()
 	p.starting--
 	if err != nil {
-		p.e.log.Error("starting an instance failed", "function", p.key, "error", err)
+		p.e.log.Error("starting an instance failed", "function", p.key.String(), "error", err)
 		if len(p.instances) == 0 && p.starting == 0 {
 			for _, w := range p.waiters {
 				w.ch <- grant{err: err}

@@ -67,7 +67,7 @@ func all[O, T any](objs []*O, err error, convert func(*O) *T) ([]*T, error) {
 }
 
 // Keys returns every trigger's key.
-func (t *Triggers) Keys(ctx context.Context) ([]triggers.Key, error) { return keys(ctx, t.s) }
+func (t *Triggers) Keys(ctx context.Context) ([]triggers.Key, error) { return t.s.Keys(ctx) }
 
 // Create stores a new trigger with generation 1.
 func (t *Triggers) Create(ctx context.Context, tr *triggers.Trigger) (*triggers.Trigger, error) {
@@ -159,17 +159,7 @@ func (j *Jobs) ByFunction(ctx context.Context, ns, function string) ([]*triggers
 }
 
 // Keys returns every job's key.
-func (j *Jobs) Keys(ctx context.Context) ([]triggers.Key, error) { return keys(ctx, j.s) }
-
-// keys returns the keys of every object of s.
-func keys[Spec, Status any](ctx context.Context, s *objstore.Store[Spec, Status]) ([]triggers.Key, error) {
-	ks, err := s.Keys(ctx)
-	out := make([]triggers.Key, len(ks))
-	for i, k := range ks {
-		out[i] = triggers.Key(k)
-	}
-	return out, err
-}
+func (j *Jobs) Keys(ctx context.Context) ([]triggers.Key, error) { return j.s.Keys(ctx) }
 
 // UpdateSpec replaces a job's spec and increments its generation.
 func (j *Jobs) UpdateSpec(ctx context.Context, key triggers.Key, spec triggers.JobSpec) (*triggers.Job, error) {
