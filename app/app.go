@@ -20,13 +20,13 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"sless.kube5s.ru/sless/internal/discovery"
-	"sless.kube5s.ru/sless/internal/server"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 	"sless.kube5s.ru/sless/modules/invoke/proxy"
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
+	"sless.kube5s.ru/sless/modules/server"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
 	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
 )

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"sless.kube5s.ru/sless/internal/discovery"
-	"sless.kube5s.ru/sless/internal/server"
+	"sless.kube5s.ru/sless/modules/server"
 )
 
 func testConfig(t *testing.T, args ...string) Config {

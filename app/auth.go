@@ -5,10 +5,10 @@ import (
 
 	"go.uber.org/fx"
 
-	"sless.kube5s.ru/sless/internal/auth"
-	"sless.kube5s.ru/sless/internal/auth/tokens"
-	"sless.kube5s.ru/sless/internal/auth/webhook"
-	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/modules/auth"
+	"sless.kube5s.ru/sless/modules/auth/tokens"
+	"sless.kube5s.ru/sless/modules/auth/webhook"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 

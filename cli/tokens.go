@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sless.kube5s.ru/sless/client"
-	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/modules/auth"
 )
 
 func newTokenCmd(g *globals) *cobra.Command {

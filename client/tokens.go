@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/modules/auth"
 )
 
 // CreateToken makes a tenant token (admin only). The answer carries the

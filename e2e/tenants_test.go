@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"sless.kube5s.ru/sless/internal/auth/webhook"
 	"sless.kube5s.ru/sless/internal/testenv"
+	"sless.kube5s.ru/sless/modules/auth/webhook"
 )
 
 // cliAs runs the CLI against s with token instead of the server's own.

@@ -14,13 +14,13 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/fnapi"
 	"sless.kube5s.ru/sless/modules/functions/fnstore"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/python"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 	"sless.kube5s.ru/sless/modules/storage/blobfs"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )

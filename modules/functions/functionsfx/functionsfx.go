@@ -12,7 +12,6 @@ import (
 	"go.uber.org/fx"
 
 	"sless.kube5s.ru/sless/internal/controller"
-	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/functions"
@@ -21,6 +20,7 @@ import (
 	"sless.kube5s.ru/sless/modules/functions/prune"
 	"sless.kube5s.ru/sless/modules/functions/reconcile"
 	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 	"sless.kube5s.ru/sless/modules/storage"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )

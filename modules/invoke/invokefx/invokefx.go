@@ -10,13 +10,13 @@ import (
 	"go.uber.org/fx"
 	"gorm.io/gorm"
 
-	"sless.kube5s.ru/sless/internal/httpx"
-	"sless.kube5s.ru/sless/internal/server"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/invoke/ledger"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 	"sless.kube5s.ru/sless/modules/invoke/ledgerapi"
 	"sless.kube5s.ru/sless/modules/invoke/proxy"
+	"sless.kube5s.ru/sless/modules/server"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 // API is the invocations REST API.

@@ -22,11 +22,11 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
-	"sless.kube5s.ru/sless/internal/auth"
-	"sless.kube5s.ru/sless/internal/httpx"
+	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 // Config configures the proxy.

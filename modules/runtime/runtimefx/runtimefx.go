@@ -10,11 +10,11 @@ import (
 
 	"go.uber.org/fx"
 
-	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/nodejs"
 	"sless.kube5s.ru/sless/modules/runtime/python"
 	"sless.kube5s.ru/sless/modules/runtime/rtapi"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 // Module is the runtime module.

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/fx"
 	"gorm.io/gorm"
 
-	"sless.kube5s.ru/sless/internal/server"
+	"sless.kube5s.ru/sless/modules/server"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 

@@ -20,8 +20,8 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
-	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/validation"
+	"sless.kube5s.ru/sless/modules/auth"
 )
 
 // NamespaceKey is the key of status.user.extra whose first value is the

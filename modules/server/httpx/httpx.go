@@ -20,8 +20,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.uber.org/fx"
 
-	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/validation"
+	"sless.kube5s.ru/sless/modules/auth"
 )
 
 // RoutesGroup is the fx value-group tag of Routes.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/modules/auth"
 )
 
 // fixed accepts one token, expires another and fails on a third.

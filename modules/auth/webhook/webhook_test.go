@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/testenv"
+	"sless.kube5s.ru/sless/modules/auth"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -9,8 +9,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 	"sless.kube5s.ru/sless/modules/triggers"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"sless.kube5s.ru/sless/internal/auth"
+	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 

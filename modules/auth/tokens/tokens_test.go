@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/testenv"
+	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 

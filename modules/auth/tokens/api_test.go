@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx/fxtest"
 
-	"sless.kube5s.ru/sless/internal/auth"
-	"sless.kube5s.ru/sless/internal/httpx"
-	"sless.kube5s.ru/sless/internal/server"
+	"sless.kube5s.ru/sless/modules/auth"
+	"sless.kube5s.ru/sless/modules/server"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 const admin = "admin-token-0123456789"

@@ -19,10 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/fx"
 
-	"sless.kube5s.ru/sless/internal/auth"
 	"sless.kube5s.ru/sless/internal/discovery"
-	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/internal/validation"
+	"sless.kube5s.ru/sless/modules/auth"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 // ReadyChecksGroup is the fx value-group tag of ReadyCheck.

@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx/fxtest"
 
-	"sless.kube5s.ru/sless/internal/auth"
-	"sless.kube5s.ru/sless/internal/httpx"
-	"sless.kube5s.ru/sless/internal/server"
+	"sless.kube5s.ru/sless/modules/auth"
+	"sless.kube5s.ru/sless/modules/server"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 // tenantAuth accepts "tenant-token" for namespace "team-a" only, and the

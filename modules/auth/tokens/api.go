@@ -8,9 +8,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sless.kube5s.ru/sless/internal/auth"
-	"sless.kube5s.ru/sless/internal/httpx"
 	"sless.kube5s.ru/sless/internal/validation"
+	"sless.kube5s.ru/sless/modules/auth"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 // MaxDescription is the longest description of a token, in bytes.
