@@ -412,18 +412,24 @@ func (e *Executor) reapLoop() {
 			return
 		case <-tick.C:
 		}
-		e.mu.RLock()
-		pools := make([]*pool, 0, len(e.pools))
-		for _, p := range e.pools {
-			pools = append(pools, p)
-		}
-		e.mu.RUnlock()
-		now := time.Now()
-		for _, p := range pools {
-			for _, inst := range p.reap(now, e.cfg.IdleTimeout) {
-				e.log.Debug("stopping idle instance", "function", p.key.String(), "pid", inst.proc.cmd.Process.Pid)
-				go inst.proc.stop(2 * time.Second)
-			}
+		e.reapIdle(time.Now())
+	}
+}
+
+// reapIdle stops the instances idle at now for longer than the idle
+// timeout, as the reaper does every second (tests call it with a time of
+// their own instead of waiting), and keeps MinInstances running.
+func (e *Executor) reapIdle(now time.Time) {
+	e.mu.RLock()
+	pools := make([]*pool, 0, len(e.pools))
+	for _, p := range e.pools {
+		pools = append(pools, p)
+	}
+	e.mu.RUnlock()
+	for _, p := range pools {
+		for _, inst := range p.reap(now, e.cfg.IdleTimeout) {
+			e.log.Debug("stopping idle instance", "function", p.key.String(), "pid", inst.proc.cmd.Process.Pid)
+			go inst.proc.stop(2 * time.Second)
 		}
 	}
 }

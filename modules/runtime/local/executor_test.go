@@ -247,15 +247,16 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 func TestScaleToZeroAndMinInstances(t *testing.T) {
-	e := newExecutor(t, local.Config{IdleTimeout: 500 * time.Millisecond})
+	// The reaper runs at a time of the test's own: the real one, every
+	// second, finds nothing idle for an hour.
+	e := newExecutor(t, local.Config{IdleTimeout: time.Hour})
 	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
 	e.Deploy(context.Background(), target("idle", "python3.11", dir))
 	warm := target("warm", "python3.11", dir)
 	warm.MinInstances = 1
 	e.Deploy(context.Background(), warm)
 	first := invoke(t, e, "idle", "")
-	// Longer than the idle timeout plus the reaper's period.
-	time.Sleep(2 * time.Second)
+	local.ReapAt(e, time.Now().Add(2*time.Hour))
 	if r := invoke(t, e, "idle", ""); r.err != nil || r.lease.ColdStart() == 0 || r.body == first.body {
 		if r.err != nil {
 			t.Fatalf("after idling: %v", r.err)
@@ -274,16 +275,24 @@ func TestScaleToZeroAndMinInstances(t *testing.T) {
 // invocation expected after the idle timeout: the instance must still be
 // there then, and go once it idles after that.
 func TestWarmKeepsAnInstanceUntilItsInvocation(t *testing.T) {
-	e := newExecutor(t, local.Config{IdleTimeout: 500 * time.Millisecond})
+	e := newExecutor(t, local.Config{IdleTimeout: time.Hour})
 	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
 	e.Deploy(context.Background(), target("prewarmed", "python3.11", dir))
-	expected := time.Now().Add(4 * time.Second)
+	expected := time.Now().Add(10 * time.Hour)
 	if err := e.Warm(context.Background(), "default", "prewarmed", expected); err != nil {
 		t.Fatal(err)
 	}
-	// Longer than the idle timeout plus the reaper's period, well before
-	// the invocation is expected.
-	time.Sleep(2500 * time.Millisecond)
+	// Past the idle timeout, well before the invocation is expected. The
+	// warm's start runs in the background: the instance is there once an
+	// invocation finds it warm.
+	deadline := time.Now().Add(30 * time.Second)
+	for up, _ := local.InstancesOf(e, "default", "prewarmed"); up == 0; up, _ = local.InstancesOf(e, "default", "prewarmed") {
+		if time.Now().After(deadline) {
+			t.Fatal("the warm started no instance in 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	local.ReapAt(e, time.Now().Add(2*time.Hour))
 	r := invoke(t, e, "prewarmed", "")
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -292,7 +301,7 @@ func TestWarmKeepsAnInstanceUntilItsInvocation(t *testing.T) {
 		t.Errorf("the invocation a warm was for had a cold start of %v; want the warmed instance", r.lease.ColdStart())
 	}
 	// Past the expected time, idling stops it as usual.
-	time.Sleep(time.Until(expected) + 2*time.Second)
+	local.ReapAt(e, expected.Add(2*time.Hour))
 	if again := invoke(t, e, "prewarmed", ""); again.err != nil || again.lease.ColdStart() == 0 || again.body == r.body {
 		t.Errorf("after idling past the expected invocation: %+v; want a new instance (old pid %s)", again, r.body)
 	}

@@ -1,6 +1,9 @@
 package local
 
-import "path/filepath"
+import (
+	"path/filepath"
+	"time"
+)
 
 // CgroupParentOf returns the parent memory cgroup of e's instances, if any.
 func CgroupParentOf(e *Executor) (string, bool) { return e.mem.parent, e.mem.parent != "" }
@@ -15,4 +18,21 @@ func EgressDirOf(e *Executor) string {
 		return ""
 	}
 	return filepath.Dir(e.egress.keeper)
+}
+
+// ReapAt runs e's idle reaper as if the time were now.
+func ReapAt(e *Executor, now time.Time) { e.reapIdle(now) }
+
+// InstancesOf returns how many instances of function ns/name are up, and
+// how many are starting.
+func InstancesOf(e *Executor, ns, name string) (up, starting int) {
+	e.mu.RLock()
+	p := e.pools[key(ns, name)]
+	e.mu.RUnlock()
+	if p == nil {
+		return 0, 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.instances), p.starting
 }
