@@ -21,7 +21,7 @@ var (
 	ErrStart = errors.New("function instance failed to start")
 )
 
-// ErrUnsupported is returned (wrapped) by Executor.Deploy when the executor
+// ErrUnsupported is returned (wrapped) by Deployer.Deploy when the executor
 // cannot run the target as specified (public egress where it cannot be
 // enforced); its *Error's Public message says why. The target is not
 // deployed.

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,6 +105,9 @@ type Ledger struct {
 	// once the journal writes again.
 	held    []row
 	heldErr error
+	// holding is heldErr != nil, set and cleared with it under mu, so that
+	// Accepting, on every invocation, takes no lock while all is well.
+	holding atomic.Bool
 	// lost counts records neither the journal nor memory could keep.
 	lost int
 
@@ -276,6 +280,9 @@ func (l *Ledger) Begin(r *invoke.Record) (func(), error) {
 // Accepting implements invoke.Ledger: it fails while the journal cannot be
 // written (a full disk), with a message for the client.
 func (l *Ledger) Accepting() error {
+	if !l.holding.Load() {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.heldErr != nil {

@@ -197,6 +197,7 @@ func (l *Ledger) hold(r row, err error) {
 	l.mu.Lock()
 	first := l.heldErr == nil
 	l.heldErr = err
+	l.holding.Store(true)
 	kept := len(l.held) < maxHeld
 	if kept {
 		l.held = append(l.held, r)
@@ -245,6 +246,7 @@ func (l *Ledger) retryHeld(ctx context.Context) {
 	l.held = append(left, l.held...)
 	if journalOK && len(l.held) == 0 {
 		l.heldErr = nil
+		l.holding.Store(false)
 	}
 	recovered := l.heldErr == nil
 	l.mu.Unlock()
