@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -18,6 +19,11 @@ var (
 // function's capacity plus its queue (2 instances + 100 waiting), and past
 // it, where most requests are refused.
 var overloadConns = []int{16, 64, 256}
+
+// overloadRounds is how many times each connection count runs, the counts
+// interleaved round by round, so that the machine's drift (other work, CPU
+// steal) falls on every count alike and the medians compare.
+const overloadRounds = 3
 
 // overload measures goodput (2xx answers per second) of a function with
 // max_instances 2 and concurrency 1 as the connections grow past what it
@@ -33,28 +39,39 @@ func overload(srv *server, report *bytes.Buffer) error {
 	if _, _, err := wrkCounts(url, 8, 2*time.Second); err != nil { // warm up
 		return err
 	}
-	type row struct {
-		conns           int
-		goodput, refuse float64
-	}
-	var rows []row
-	best := 0.0
-	for _, conns := range overloadConns {
-		logf("overload: %d connections", conns)
-		good, refused, err := wrkCounts(url, conns, *duration)
-		if err != nil {
-			return err
+	good := make([][]float64, len(overloadConns))
+	refused := make([][]float64, len(overloadConns))
+	for round := 1; round <= overloadRounds; round++ {
+		for i, conns := range overloadConns {
+			logf("overload: round %d/%d, %d connections", round, overloadRounds, conns)
+			g, r, err := wrkCounts(url, conns, *duration)
+			if err != nil {
+				return err
+			}
+			good[i], refused[i] = append(good[i], g), append(refused[i], r)
 		}
-		rows = append(rows, row{conns, good, refused})
-		best = max(best, good)
 	}
-	fmt.Fprintf(report, "\nOverload: python3.11 hello with `max_instances 2`, `concurrency 1`, `--queue-depth 100`; goodput is 2xx answers per second, refused the 503s per second.\n\n")
+	best := 0.0
+	for i := range overloadConns {
+		best = max(best, median(good[i]))
+	}
+	fmt.Fprintf(report, "\nOverload: python3.11 hello with `max_instances 2`, `concurrency 1`, `--queue-depth 100`; goodput is 2xx answers per second, refused the 503s per second; medians of %d interleaved rounds, the range in brackets.\n\n", overloadRounds)
 	fmt.Fprintln(report, "| connections | goodput req/s | refused req/s | goodput / best |")
 	fmt.Fprintln(report, "|---|---|---|---|")
-	for _, r := range rows {
-		fmt.Fprintf(report, "| %d | %.0f | %.0f | %.2f |\n", r.conns, r.goodput, r.refuse, r.goodput/best)
+	for i, conns := range overloadConns {
+		fmt.Fprintf(report, "| %d | %.0f (%.0f–%.0f) | %.0f | %.2f |\n", conns, median(good[i]), slices.Min(good[i]), slices.Max(good[i]),
+			median(refused[i]), median(good[i])/best)
 	}
 	return nil
+}
+
+// median returns the median of xs, which is not empty.
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // wrkCounts runs wrk and returns 2xx and other answers per second.
