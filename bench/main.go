@@ -75,6 +75,14 @@ func run() error {
 		{name: "nodejs20", example: "examples/hello-node", interpreter: node, wrapperFile: "server.js", wrapper: runtimes.NodeServer, bare: []string{"-e", "0"}},
 	}
 
+	if *onlyScale {
+		var report bytes.Buffer
+		if err := scale(bin, tmp, &report); err != nil {
+			return err
+		}
+		os.Stdout.Write(report.Bytes())
+		return nil
+	}
 	srv, err := startServer(bin, tmp)
 	if err != nil {
 		return err
@@ -176,6 +184,9 @@ func run() error {
 		return err
 	}
 	fmt.Fprintf(&report, "\nLedger: %s records written per second (batched inserts into SQLite, `BenchmarkRecord`).\n", rate)
+	if err := scale(bin, tmp, &report); err != nil {
+		return err
+	}
 
 	os.Stdout.Write(report.Bytes())
 	if *writeReadme {
@@ -212,7 +223,9 @@ type server struct {
 	bin      string
 }
 
-func startServer(bin, tmp string) (*server, error) {
+// startServer starts bin as a server with its data under tmp; extra flags
+// override the defaults.
+func startServer(bin, tmp string, extra ...string) (*server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -221,6 +234,7 @@ func startServer(bin, tmp string) (*server, error) {
 	// A short idle timeout lets the cold start runs scale to zero quickly.
 	s.cmd = exec.Command(bin, "server", "--listen", "127.0.0.1:"+port, "--data-dir", s.dataDir,
 		"--api-token", token, "--log-level", "warn", "--idle-timeout", "1s")
+	s.cmd.Args = append(s.cmd.Args, extra...)
 	s.cmd.Stderr = os.Stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -307,11 +321,12 @@ var (
 )
 
 // wrk runs wrk with one thread per two connections (at most two: this is a
-// two-core machine shared with the server).
-func wrk(url string, conns int, d time.Duration) (load, error) {
+// two-core machine shared with the server); extra are more wrk flags.
+func wrk(url string, conns int, d time.Duration, extra ...string) (load, error) {
 	threads := min(max(conns/16, 1), 2)
-	out, err := exec.Command("wrk", "--latency", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns),
-		"-d", fmt.Sprintf("%ds", int(d.Seconds())), url).CombinedOutput()
+	args := append([]string{"--latency", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns),
+		"-d", fmt.Sprintf("%ds", int(d.Seconds()))}, extra...)
+	out, err := exec.Command("wrk", append(args, url)...).CombinedOutput()
 	if err != nil {
 		return load{}, fmt.Errorf("wrk %s: %w\n%s", url, err, out)
 	}
