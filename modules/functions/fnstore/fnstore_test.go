@@ -2,6 +2,7 @@ package fnstore_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -25,7 +26,7 @@ func TestStorePostgres(t *testing.T) {
 	fnstoretest.Run(t, func(t *testing.T) functions.Store { return newStore(t, testenv.Postgres(t)) })
 }
 
-func newStore(t *testing.T, url string) *fnstore.Store {
+func newStore(t testing.TB, url string) *fnstore.Store {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db, _, err := sqldb.Open(url, log)
@@ -81,6 +82,25 @@ func TestMigrationFromVersion1(t *testing.T) {
 		}
 		if got := [2]string{fn.Status.ArtifactRuntime, fn.Status.ArtifactHandler}; got != want || fn.Status.Conditions != nil {
 			t.Errorf("%s: artifact runtime and handler %q, conditions %v; want %q and none", name, got, fn.Status.Conditions, want)
+		}
+	}
+}
+
+// BenchmarkGet reads one function of 1,000, as every reconcile of a function
+// and every upload does.
+func BenchmarkGet(b *testing.B) {
+	s := newStore(b, "sqlite:"+filepath.Join(b.TempDir(), "db.sqlite"))
+	ctx := context.Background()
+	for i := range 1000 {
+		fn := &functions.Function{Namespace: "default", Name: fmt.Sprintf("fn-%04d", i), Spec: functions.Spec{Runtime: "python3.11"}}
+		if _, err := s.Create(ctx, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+	key := functions.Key{Namespace: "default", Name: "fn-0500"}
+	for b.Loop() {
+		if _, err := s.Get(ctx, key); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
