@@ -19,7 +19,11 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/server"
+	"sless.kube5s.ru/sless/modules/triggers"
 )
 
 func testConfig(t *testing.T, args ...string) Config {
@@ -57,6 +61,29 @@ func TestClusterGraph(t *testing.T) {
 	app := fx.New(options(cluster, cfg, "token-token-token-1", discard), fx.NopLogger)
 	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "is not built yet: the cluster mode cannot start") {
 		t.Errorf("starting the cluster mode: %v; want a refusal naming what is not built", err)
+	}
+	// Each contract the cluster mode implements differently is a stub of
+	// its own, not the embedded implementation.
+	impl := implementations(cfg, "token-token-token-1", choose(cluster))
+	for _, c := range []struct {
+		contract string
+		target   any
+		what     string
+	}{
+		{"functions.Store", new(functions.Store), "the store of functions as custom resources"},
+		{"functions.ChangeNotifier", new(functions.ChangeNotifier), "the controller-runtime driver of the function reconciler"},
+		{"triggers.Store", new(triggers.Store), "the store of triggers as custom resources"},
+		{"triggers.JobStore", new(triggers.JobStore), "the store of function jobs as custom resources"},
+		{"triggers.ChangeNotifier", new(triggers.ChangeNotifier), "the controller-runtime driver of the trigger and job reconcilers"},
+		{"functions.Dependents", new(functions.Dependents), "the deletion of a function's triggers and jobs as custom resources"},
+		{"build.Builder", new(build.Builder), "the kaniko builder"},
+		{"runtime.Deployer", new(runtime.Deployer), "the Kubernetes executor"},
+		{"runtime.Instances", new(runtime.Instances), "the Kubernetes executor"},
+	} {
+		err := fx.New(impl, fx.NopLogger, fx.Populate(c.target)).Err()
+		if want := c.what + " is not built yet"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s in the cluster mode: %v; want %q", c.contract, err, want)
+		}
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/storage"
+	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
 )
 
 // mode is where a server keeps the desired state and how it drives the
@@ -63,16 +65,21 @@ func implementations(c Config, token string, ch choices) fx.Option {
 	)
 }
 
-// modeOptions provide the functions store and the driver of the functions
-// reconciler (which is the functions.ChangeNotifier).
+// modeOptions provide the stores of desired state (functions, triggers,
+// jobs) and the drivers of their reconcilers (which are the
+// ChangeNotifiers, and, for triggers, the functions.Dependents).
 func modeOptions(m mode) fx.Option {
 	switch m {
 	case embedded:
-		return fx.Options(functionsfx.SQLStore, functionsfx.WorkQueue)
+		return fx.Options(functionsfx.SQLStore, functionsfx.WorkQueue, triggersfx.SQLStore, triggersfx.WorkQueue)
 	case cluster:
 		return fx.Provide(
 			notBuilt[functions.Store]("the store of functions as custom resources"),
-			notBuilt[functions.ChangeNotifier]("the controller-runtime driver of the reconcilers"),
+			notBuilt[functions.ChangeNotifier]("the controller-runtime driver of the function reconciler"),
+			notBuilt[triggers.Store]("the store of triggers as custom resources"),
+			notBuilt[triggers.JobStore]("the store of function jobs as custom resources"),
+			notBuilt[triggers.ChangeNotifier]("the controller-runtime driver of the trigger and job reconcilers"),
+			notBuilt[functions.Dependents]("the deletion of a function's triggers and jobs as custom resources"),
 		)
 	}
 	return fx.Error(fmt.Errorf("unknown mode %q", m))

@@ -68,3 +68,23 @@ type JobStore interface {
 	// Delete removes the job or fails with ErrNotFound.
 	Delete(ctx context.Context, key Key) error
 }
+
+// ChangeNotifier is told about every write of a trigger or a job so that
+// its reconciler looks at it. The embedded mode enqueues the key; in the
+// cluster mode the controllers watch the objects and the notifier does
+// nothing.
+type ChangeNotifier interface {
+	TriggerChanged(key Key)
+	JobChanged(key Key)
+}
+
+// NotifierFuncs adapts two functions to ChangeNotifier.
+type NotifierFuncs struct {
+	Triggers, Jobs func(Key)
+}
+
+// TriggerChanged implements ChangeNotifier.
+func (n NotifierFuncs) TriggerChanged(key Key) { n.Triggers(key) }
+
+// JobChanged implements ChangeNotifier.
+func (n NotifierFuncs) JobChanged(key Key) { n.Jobs(key) }

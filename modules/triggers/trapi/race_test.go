@@ -89,7 +89,7 @@ func TestWriteRacingTheFunctionsDeleteLeavesNothing(t *testing.T) {
 			}
 			var notified []triggers.Key
 			note := func(k triggers.Key) { notified = append(notified, k) }
-			api := New(trs, jobs, &vanishingFunctions{}, types, nil, Notifiers{Triggers: note, Jobs: note}, log)
+			api := New(trs, jobs, &vanishingFunctions{}, types, nil, triggers.NotifierFuncs{Triggers: note, Jobs: note}, log)
 			r := gin.New()
 			api.Register(r.Group("/v1"), r)
 			w := httptest.NewRecorder()

@@ -18,11 +18,6 @@ import (
 	"sless.kube5s.ru/sless/modules/triggers"
 )
 
-// Notifiers tell the reconcilers about writes.
-type Notifiers struct {
-	Triggers, Jobs func(triggers.Key)
-}
-
 // API is the triggers and jobs REST API.
 type API struct {
 	triggers  triggers.Store
@@ -30,13 +25,13 @@ type API struct {
 	functions functions.Store
 	types     *triggers.Types
 	ledger    invoke.Ledger
-	notify    Notifiers
+	notify    triggers.ChangeNotifier
 	log       *slog.Logger
 }
 
 // New returns the API of the triggers of types.
 func New(trs triggers.Store, jobs triggers.JobStore, fns functions.Store, types *triggers.Types, ledger invoke.Ledger,
-	notify Notifiers, log *slog.Logger) *API {
+	notify triggers.ChangeNotifier, log *slog.Logger) *API {
 	return &API{triggers: trs, jobs: jobs, functions: fns, types: types, ledger: ledger, notify: notify, log: log}
 }
 
@@ -143,7 +138,7 @@ func (a *API) createTrigger(c *gin.Context) error {
 		return conflict(err, "trigger", t.Key())
 	}
 	err = a.recheckFunction(c, "trigger", t.Namespace, t.Function, func() error { return a.triggers.Delete(c, created.Key()) })
-	a.notify.Triggers(created.Key())
+	a.notify.TriggerChanged(created.Key())
 	if err != nil {
 		return err
 	}
@@ -192,7 +187,7 @@ func (a *API) updateTrigger(c *gin.Context) error {
 		return notFound(err, "trigger", k)
 	}
 	err = a.recheckFunction(c, "trigger", k.Namespace, t.Function, func() error { return a.triggers.Delete(c, k) })
-	a.notify.Triggers(k)
+	a.notify.TriggerChanged(k)
 	if err != nil {
 		return err
 	}
@@ -205,7 +200,7 @@ func (a *API) deleteTrigger(c *gin.Context) error {
 	if err := a.triggers.Delete(c, k); err != nil {
 		return notFound(err, "trigger", k)
 	}
-	a.notify.Triggers(k)
+	a.notify.TriggerChanged(k)
 	c.Status(http.StatusNoContent)
 	return nil
 }
@@ -257,7 +252,7 @@ func (a *API) createJob(c *gin.Context) error {
 		return conflict(err, "job", j.Key())
 	}
 	err = a.recheckFunction(c, "job", j.Namespace, j.Function, func() error { return a.jobs.Delete(c, created.Key()) })
-	a.notify.Jobs(created.Key())
+	a.notify.JobChanged(created.Key())
 	if err != nil {
 		return err
 	}
@@ -298,7 +293,7 @@ func (a *API) updateJob(c *gin.Context) error {
 		return notFound(err, "job", k)
 	}
 	err = a.recheckFunction(c, "job", k.Namespace, j.Function, func() error { return a.jobs.Delete(c, k) })
-	a.notify.Jobs(k)
+	a.notify.JobChanged(k)
 	if err != nil {
 		return err
 	}
@@ -311,7 +306,7 @@ func (a *API) deleteJob(c *gin.Context) error {
 	if err := a.jobs.Delete(c, k); err != nil {
 		return notFound(err, "job", k)
 	}
-	a.notify.Jobs(k)
+	a.notify.JobChanged(k)
 	c.Status(http.StatusNoContent)
 	return nil
 }

@@ -65,7 +65,7 @@ func newServer(t *testing.T) *server {
 	note := func(kind string) func(triggers.Key) {
 		return func(k triggers.Key) { s.notified = append(s.notified, kind+" "+k.String()) }
 	}
-	api := New(s.triggers, s.jobs, knownFunctions{}, types, s.ledger, Notifiers{Triggers: note("trigger"), Jobs: note("job")}, discard)
+	api := New(s.triggers, s.jobs, knownFunctions{}, types, s.ledger, triggers.NotifierFuncs{Triggers: note("trigger"), Jobs: note("job")}, discard)
 	api.Register(s.router.Group("/v1"), s.router)
 	return s
 }

@@ -1,5 +1,9 @@
-// Package triggersfx provides the triggers module: http, cron and rabbitmq
-// triggers, FunctionJobs, their REST API and their reconcilers.
+// Package triggersfx provides the triggers module: what both modes share
+// (Module: the REST API of triggers and FunctionJobs, the trigger types and
+// their validation, the gate of /fn, the suspension of functions) and, for
+// app/ to pick in the embedded mode, the SQL stores (SQLStore) and the
+// trigger and job reconcilers driven by work queues in this process
+// (WorkQueue).
 package triggersfx
 
 import (
@@ -26,29 +30,56 @@ import (
 
 // Config configures the triggers module.
 type Config struct {
-	// Workers is the number of triggers, and of jobs, reconciled at once.
+	// Workers is the number of triggers, and of jobs, reconciled at once
+	// (WorkQueue).
 	Workers int
 }
 
-// Module is the triggers module.
+// Module is the triggers module. It needs a triggers.Store, a
+// triggers.JobStore and a triggers.ChangeNotifier (the driver of the
+// reconcilers), which app/ picks.
 var Module = fx.Module("triggers",
-	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "triggers") }),
+	logger,
 	fx.Provide(
-		fx.Annotate(trstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
-		fx.Annotate(trstore.NewTriggers, fx.As(new(triggers.Store))),
-		fx.Annotate(trstore.NewJobs, fx.As(new(triggers.JobStore))),
 		asType(func() cron.Type { return cron.Type{} }),
 		asType(func() rabbitmq.Type { return rabbitmq.Type{} }),
 		fx.Annotate(triggers.NewTypes, fx.ParamTags(triggers.TypesGroup)),
 		control.NewGate,
 		func(g *control.Gate) invoke.Exposure { return g },
 		func(s triggers.Store) functions.Suspension { return reconcile.NewSuspension(s) },
+		httpx.AsRoutes(trapi.New),
+	),
+)
+
+// SQLStore provides triggers.Store and triggers.JobStore with the gorm
+// stores and their migrations.
+var SQLStore = fx.Module("triggers-store",
+	fx.Provide(
+		fx.Annotate(trstore.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
+		fx.Annotate(trstore.NewTriggers, fx.As(new(triggers.Store))),
+		fx.Annotate(trstore.NewJobs, fx.As(new(triggers.JobStore))),
+	),
+)
+
+// WorkQueue provides the embedded driver of the trigger and job
+// reconcilers: work queues of their keys, resynced at start, and the
+// in-process applier of triggers (control.Local: the gate, the cron and
+// rabbitmq runners, the status keeper). It is the triggers.ChangeNotifier,
+// and the functions.Dependents, which stops a deleted function's triggers
+// in this process before the API answers.
+var WorkQueue = fx.Module("triggers-reconcilers",
+	logger,
+	fx.Provide(
 		newControllers,
 		func(c *controllers) functions.Dependents { return c.dependents },
-		httpx.AsRoutes(newAPI),
+		func(c *controllers) triggers.ChangeNotifier {
+			return triggers.NotifierFuncs{Triggers: c.triggers.Enqueue, Jobs: c.jobs.Enqueue}
+		},
 	),
 	fx.Invoke(func(*controllers) {}),
 )
+
+var logger = fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "triggers") })
 
 // controllers drive the module's reconcilers; they are started and stopped
 // in order with the runners.
@@ -104,9 +135,4 @@ func newControllers(p params) *controllers {
 // asType adds the trigger type that ctor returns to triggers.TypesGroup.
 func asType(ctor any) any {
 	return fx.Annotate(ctor, fx.As(new(triggers.Type)), fx.ResultTags(triggers.TypesGroup))
-}
-
-func newAPI(trs triggers.Store, jobs triggers.JobStore, fns functions.Store, types *triggers.Types, ledger invoke.Ledger,
-	c *controllers, log *slog.Logger) *trapi.API {
-	return trapi.New(trs, jobs, fns, types, ledger, trapi.Notifiers{Triggers: c.triggers.Enqueue, Jobs: c.jobs.Enqueue}, log)
 }
