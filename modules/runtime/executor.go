@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"sless.kube5s.ru/sless/modules/meta"
 )
 
 // Errors of Instances.Acquire, returned wrapped.
@@ -30,6 +32,7 @@ var ErrUnsupported = errors.New("this server cannot run the function as specifie
 // Target is one deployable version of a function: what an executor needs to
 // run its instances.
 type Target struct {
+	// Namespace and Name are the function's (Key).
 	Namespace, Name string
 	// Version identifies this version; a Deploy with another Version drains
 	// the instances of the previous one.
@@ -55,6 +58,9 @@ type Target struct {
 	// still arrive (jobs, other triggers) start instances as usual.
 	Suspended bool
 }
+
+// Key returns the key of t's function.
+func (t *Target) Key() meta.Key { return meta.Key{Namespace: t.Namespace, Name: t.Name} }
 
 // Egress says what a function's instances may reach over the network.
 type Egress string
@@ -98,7 +104,7 @@ type Deployer interface {
 	// Undeploy stops serving the function; in-flight invocations finish,
 	// waiting ones fail with ErrNotDeployed. Undeploying an unknown function
 	// is not an error.
-	Undeploy(ctx context.Context, namespace, name string) error
+	Undeploy(ctx context.Context, key meta.Key) error
 }
 
 // Rollout is how far a Deploy got.
@@ -116,13 +122,13 @@ type Instances interface {
 	// Acquire reserves capacity for one invocation of the function on an
 	// instance, starting one (a cold start) when needed and allowed, or
 	// waiting in a bounded queue. The caller must Release the lease.
-	Acquire(ctx context.Context, namespace, name string) (Lease, error)
+	Acquire(ctx context.Context, key meta.Key) (Lease, error)
 	// Warm starts an instance of the function in the background unless one
 	// is free or starting, so that the invocation expected at until finds it
 	// warm: the function keeps an instance running until then, past the
 	// idle timeout. It fails with ErrNotDeployed for a function that is not
 	// deployed.
-	Warm(ctx context.Context, namespace, name string, until time.Time) error
+	Warm(ctx context.Context, key meta.Key, until time.Time) error
 }
 
 // Lease is the right to send one invocation to one instance.

@@ -209,7 +209,7 @@ type Runner interface {
 // Warmer starts an instance of a function ahead of need and keeps one
 // until the invocation expected at until; runtime.Instances implements it.
 type Warmer interface {
-	Warm(ctx context.Context, namespace, function string, until time.Time) error
+	Warm(ctx context.Context, function Key, until time.Time) error
 }
 
 // JobSpec is a FunctionJob's desired state: run Function once with Payload

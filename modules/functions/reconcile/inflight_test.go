@@ -114,7 +114,7 @@ func TestTenMinuteLongBuildsHoldNoWorker(t *testing.T) {
 	if err := builder.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	exec := &fakeExecutor{deployed: map[string]runtime.Target{}}
+	exec := &fakeExecutor{deployed: map[functions.Key]runtime.Target{}}
 	susp := &lockedSuspension{set: map[functions.Key]bool{}}
 	var ctrl *controller.Controller[functions.Key]
 	rec := reconcile.New(store, builder, exec, susp, func(k functions.Key) { ctrl.Enqueue(k) }, log)

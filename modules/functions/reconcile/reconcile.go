@@ -62,7 +62,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 	fn, err := r.store.Get(ctx, key)
 	if errors.Is(err, functions.ErrNotFound) {
 		return reconciler.Result{}, errors.Join(r.builder.Cancel(ctx, key.Namespace, key.Name),
-			r.deployer.Undeploy(ctx, key.Namespace, key.Name))
+			r.deployer.Undeploy(ctx, key))
 	}
 	if err != nil {
 		return reconciler.Result{}, err
@@ -80,7 +80,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 		res.RequeueAfter = buildPoll
 	}
 	if st.Artifact == "" {
-		return res, errors.Join(r.deployer.Undeploy(ctx, key.Namespace, key.Name), r.setStatus(ctx, fn, st))
+		return res, errors.Join(r.deployer.Undeploy(ctx, key), r.setStatus(ctx, fn, st))
 	}
 	// A build's result is recorded even when the deploy fails: the builder
 	// reported it once.
@@ -89,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 	case errors.Is(err, runtime.ErrUnsupported):
 		// Rather than serve otherwise than asked (an open network for
 		// public egress), the function does not serve.
-		if err := r.deployer.Undeploy(ctx, key.Namespace, key.Name); err != nil {
+		if err := r.deployer.Undeploy(ctx, key); err != nil {
 			return res, errors.Join(err, r.setStatus(ctx, fn, st))
 		}
 		st.Phase = functions.PhaseFailed

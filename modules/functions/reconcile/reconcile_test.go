@@ -78,7 +78,7 @@ func (b *fakeBuilder) count() int {
 // rollout that is not serving yet.
 type fakeExecutor struct {
 	mu        sync.Mutex
-	deployed  map[string]runtime.Target
+	deployed  map[functions.Key]runtime.Target
 	notReady  string
 	deployErr error
 }
@@ -89,14 +89,14 @@ func (e *fakeExecutor) Deploy(_ context.Context, t runtime.Target) (runtime.Roll
 	if e.deployErr != nil {
 		return runtime.Rollout{}, e.deployErr
 	}
-	e.deployed[t.Namespace+"/"+t.Name] = t
+	e.deployed[t.Key()] = t
 	return runtime.Rollout{Ready: e.notReady == "", Waiting: e.notReady}, nil
 }
 
-func (e *fakeExecutor) Undeploy(_ context.Context, ns, name string) error {
+func (e *fakeExecutor) Undeploy(_ context.Context, key functions.Key) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.deployed, ns+"/"+name)
+	delete(e.deployed, key)
 	return nil
 }
 
@@ -112,7 +112,7 @@ var suspended fakeSuspension
 func (e *fakeExecutor) get(key functions.Key) (runtime.Target, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.deployed[key.String()]
+	t, ok := e.deployed[key]
 	return t, ok
 }
 
@@ -136,7 +136,7 @@ func setup(t *testing.T) (*fnstore.Store, *fakeBuilder, *reconcile.Reconciler, f
 		t.Fatal(err)
 	}
 	b := &fakeBuilder{}
-	executor = &fakeExecutor{deployed: map[string]runtime.Target{}}
+	executor = &fakeExecutor{deployed: map[functions.Key]runtime.Target{}}
 	suspended = fakeSuspension{}
 	return store, b, reconcile.New(store, b, executor, suspended, nil, log), fn.Key()
 }

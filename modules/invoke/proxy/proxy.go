@@ -332,7 +332,7 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		if replay != nil {
 			c.r.Body = replay()
 		}
-		lease, err = p.instances.Acquire(ctx, c.ns, c.name)
+		lease, err = p.instances.Acquire(ctx, functions.Key{Namespace: c.ns, Name: c.name})
 		if err != nil {
 			p.acquireFailed(ctx, c, rec, err)
 			return

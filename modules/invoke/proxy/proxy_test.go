@@ -31,7 +31,7 @@ type fakeExecutor struct {
 	acquired          int
 }
 
-func (f *fakeExecutor) Acquire(context.Context, string, string) (runtime.Lease, error) {
+func (f *fakeExecutor) Acquire(context.Context, functions.Key) (runtime.Lease, error) {
 	f.acquired++
 	if f.acquireErr != nil {
 		return nil, f.acquireErr

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
 )
 
@@ -34,7 +35,7 @@ type refusals struct {
 	paced atomic.Int64
 
 	mu   sync.Mutex
-	open map[fnKey]*refusalWindow
+	open map[functions.Key]*refusalWindow
 }
 
 // Pacing of refusals: how long a refused request waits for its answer, and
@@ -59,8 +60,6 @@ func (r *refusals) pace(ctx context.Context) {
 	}
 }
 
-type fnKey struct{ ns, name string }
-
 // refusalWindow counts one function's refusals from start; the ledger gets
 // its record when the window closes.
 type refusalWindow struct {
@@ -69,12 +68,12 @@ type refusalWindow struct {
 }
 
 func newRefusals(ledger invoke.Ledger, window time.Duration) *refusals {
-	return &refusals{ledger: ledger, window: window, open: map[fnKey]*refusalWindow{}}
+	return &refusals{ledger: ledger, window: window, open: map[functions.Key]*refusalWindow{}}
 }
 
 // add counts one refusal of the function, opening its window when none is.
 func (r *refusals) add(ns, name string) {
-	k := fnKey{ns, name}
+	k := functions.Key{Namespace: ns, Name: name}
 	r.mu.Lock()
 	w, ok := r.open[k]
 	if !ok {
@@ -87,14 +86,14 @@ func (r *refusals) add(ns, name string) {
 }
 
 // close records the summary of k's window and forgets it.
-func (r *refusals) close(k fnKey) {
+func (r *refusals) close(k functions.Key) {
 	r.mu.Lock()
 	w := r.open[k]
 	delete(r.open, k)
 	r.mu.Unlock()
 	end := time.Now()
 	r.ledger.Record(&invoke.Record{
-		ID: uuid.Must(uuid.NewV7()).String(), Namespace: k.ns, Function: k.name, TriggerKind: invoke.KindHTTP,
+		ID: uuid.Must(uuid.NewV7()).String(), Namespace: k.Namespace, Function: k.Name, TriggerKind: invoke.KindHTTP,
 		StartedAt: w.start.UTC(), DurationMS: ms(end.Sub(w.start)), StatusCode: http.StatusServiceUnavailable,
 		Error: fmt.Sprintf("%d invocations on /fn refused at capacity between %s and %s (one record counts them all)",
 			w.count, w.start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano)),

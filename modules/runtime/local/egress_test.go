@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/internal/testenv"
+	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
@@ -83,7 +84,7 @@ func TestPublicEgressInstances(t *testing.T) {
 		if r := invoke(t, e, name, fmt.Sprintf("%q", ln.Addr().String())); r.err != nil || r.body != `"`+want+`"` {
 			t.Errorf("%s: connect to %s: %+v; want %s", name, ln.Addr(), r, want)
 		}
-		if err := e.Undeploy(context.Background(), "default", name); err != nil {
+		if err := e.Undeploy(context.Background(), meta.Key{Namespace: "default", Name: name}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,7 +120,7 @@ func TestPublicEgressUnavailable(t *testing.T) {
 		runtime.PublicMessage(err, "") != `egress "public" is not available on this server: the test says so` {
 		t.Errorf("Deploy: %v; want ErrUnsupported saying why", err)
 	}
-	if _, err := e.Acquire(context.Background(), "default", "pub"); !errors.Is(err, runtime.ErrNotDeployed) {
+	if _, err := e.Acquire(context.Background(), meta.Key{Namespace: "default", Name: "pub"}); !errors.Is(err, runtime.ErrNotDeployed) {
 		t.Errorf("Acquire after the refusal: %v; want ErrNotDeployed", err)
 	}
 	tg.Egress = runtime.EgressAll

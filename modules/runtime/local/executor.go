@@ -189,8 +189,6 @@ func (e *Executor) Stop(ctx context.Context) error {
 	return os.RemoveAll(e.dir)
 }
 
-func key(ns, name string) meta.Key { return meta.Key{Namespace: ns, Name: name} }
-
 // Deploy implements runtime.Deployer. The version serves at once: its
 // instances start on demand.
 func (e *Executor) Deploy(_ context.Context, t runtime.Target) (runtime.Rollout, error) {
@@ -204,7 +202,7 @@ func (e *Executor) Deploy(_ context.Context, t runtime.Target) (runtime.Rollout,
 	if err := e.egress.check(&t); err != nil {
 		return runtime.Rollout{}, err
 	}
-	k := key(t.Namespace, t.Name)
+	k := t.Key()
 	e.mu.Lock()
 	pl, ok := e.pools[k]
 	if !ok {
@@ -223,10 +221,10 @@ func (e *Executor) Deploy(_ context.Context, t runtime.Target) (runtime.Rollout,
 }
 
 // Undeploy implements runtime.Deployer.
-func (e *Executor) Undeploy(_ context.Context, ns, name string) error {
+func (e *Executor) Undeploy(_ context.Context, key meta.Key) error {
 	e.mu.Lock()
-	pl, ok := e.pools[key(ns, name)]
-	delete(e.pools, key(ns, name))
+	pl, ok := e.pools[key]
+	delete(e.pools, key)
 	e.mu.Unlock()
 	if ok {
 		for _, inst := range pl.shutdown() {
@@ -237,8 +235,8 @@ func (e *Executor) Undeploy(_ context.Context, ns, name string) error {
 }
 
 // Acquire implements runtime.Instances.
-func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease, error) {
-	pl, err := e.pool(ns, name)
+func (e *Executor) Acquire(ctx context.Context, key meta.Key) (runtime.Lease, error) {
+	pl, err := e.pool(key)
 	if err != nil {
 		return nil, err
 	}
@@ -246,8 +244,8 @@ func (e *Executor) Acquire(ctx context.Context, ns, name string) (runtime.Lease,
 }
 
 // Warm implements runtime.Instances.
-func (e *Executor) Warm(_ context.Context, ns, name string, until time.Time) error {
-	pl, err := e.pool(ns, name)
+func (e *Executor) Warm(_ context.Context, key meta.Key, until time.Time) error {
+	pl, err := e.pool(key)
 	if err != nil {
 		return err
 	}
@@ -256,12 +254,12 @@ func (e *Executor) Warm(_ context.Context, ns, name string, until time.Time) err
 }
 
 // pool returns the function's pool, or ErrNotDeployed.
-func (e *Executor) pool(ns, name string) (*pool, error) {
+func (e *Executor) pool(key meta.Key) (*pool, error) {
 	e.mu.RLock()
-	pl, ok := e.pools[key(ns, name)]
+	pl, ok := e.pools[key]
 	e.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%s/%s: %w", ns, name, runtime.ErrNotDeployed)
+		return nil, fmt.Errorf("%s: %w", key, runtime.ErrNotDeployed)
 	}
 	return pl, nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/nodejs"
@@ -73,7 +74,7 @@ type response struct {
 // invoke acquires, sends body and releases.
 func invoke(t *testing.T, e *local.Executor, name, body string) response {
 	t.Helper()
-	lease, err := e.Acquire(context.Background(), "default", name)
+	lease, err := e.Acquire(context.Background(), meta.Key{Namespace: "default", Name: name})
 	if err != nil {
 		return response{err: err}
 	}
@@ -279,7 +280,7 @@ func TestWarmKeepsAnInstanceUntilItsInvocation(t *testing.T) {
 	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
 	e.Deploy(context.Background(), target("prewarmed", "python3.11", dir))
 	expected := time.Now().Add(10 * time.Hour)
-	if err := e.Warm(context.Background(), "default", "prewarmed", expected); err != nil {
+	if err := e.Warm(context.Background(), meta.Key{Namespace: "default", Name: "prewarmed"}, expected); err != nil {
 		t.Fatal(err)
 	}
 	// Past the idle timeout, well before the invocation is expected. The
@@ -321,8 +322,8 @@ func TestNewVersionDrainsOld(t *testing.T) {
 	if r := invoke(t, e, "versioned", ""); r.body != `"v2"` {
 		t.Errorf("after deploying v2: %+v", r)
 	}
-	e.Undeploy(context.Background(), "default", "versioned")
-	if _, err := e.Acquire(context.Background(), "default", "versioned"); !errors.Is(err, runtime.ErrNotDeployed) {
+	e.Undeploy(context.Background(), meta.Key{Namespace: "default", Name: "versioned"})
+	if _, err := e.Acquire(context.Background(), meta.Key{Namespace: "default", Name: "versioned"}); !errors.Is(err, runtime.ErrNotDeployed) {
 		t.Errorf("after Undeploy: %v; want ErrNotDeployed", err)
 	}
 }
@@ -331,11 +332,11 @@ func TestWarmAndSuspend(t *testing.T) {
 	e := newExecutor(t, local.Config{})
 	dir := code(t, map[string]string{"handler.py": "import os\ndef handle(event, context):\n    return os.getpid()\n"})
 	tg := target("warmed", "python3.11", dir)
-	if err := e.Warm(context.Background(), "default", "nope", time.Now()); !errors.Is(err, runtime.ErrNotDeployed) {
+	if err := e.Warm(context.Background(), meta.Key{Namespace: "default", Name: "nope"}, time.Now()); !errors.Is(err, runtime.ErrNotDeployed) {
 		t.Errorf("Warm of an unknown function: %v", err)
 	}
 	e.Deploy(context.Background(), tg)
-	if err := e.Warm(context.Background(), "default", "warmed", time.Now()); err != nil {
+	if err := e.Warm(context.Background(), meta.Key{Namespace: "default", Name: "warmed"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// The warmed instance is found without a cold start once it is up.

@@ -3,6 +3,8 @@ package local
 import (
 	"path/filepath"
 	"time"
+
+	"sless.kube5s.ru/sless/modules/meta"
 )
 
 // CgroupParentOf returns the parent memory cgroup of e's instances, if any.
@@ -27,7 +29,7 @@ func ReapAt(e *Executor, now time.Time) { e.reapIdle(now) }
 // how many are starting.
 func InstancesOf(e *Executor, ns, name string) (up, starting int) {
 	e.mu.RLock()
-	p := e.pools[key(ns, name)]
+	p := e.pools[meta.Key{Namespace: ns, Name: name}]
 	e.mu.RUnlock()
 	if p == nil {
 		return 0, 0

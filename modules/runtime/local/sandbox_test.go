@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/internal/testenv"
+	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
@@ -67,7 +68,7 @@ func TestSandboxedInstances(t *testing.T) {
 			// The handler returns as soon as it forked: the child may not
 			// have exec'd sleep yet.
 			testenv.Eventually(t, 30*time.Second, "the handler's process running", func() bool { return len(pidsWith(marker)) > 0 })
-			if err := e.Undeploy(context.Background(), "default", name); err != nil {
+			if err := e.Undeploy(context.Background(), meta.Key{Namespace: "default", Name: name}); err != nil {
 				t.Fatal(err)
 			}
 			testenv.Eventually(t, 30*time.Second, "the handler's process gone with the instance", func() bool { return len(pidsWith(marker)) == 0 })

@@ -810,10 +810,10 @@ type fakeWarmer struct {
 	err    error
 }
 
-func (f *fakeWarmer) Warm(_ context.Context, namespace, function string, until time.Time) error {
+func (f *fakeWarmer) Warm(_ context.Context, function triggers.Key, until time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.warmed = append(f.warmed, namespace+"/"+function+" "+until.UTC().Format(time.TimeOnly))
+	f.warmed = append(f.warmed, function.String()+" "+until.UTC().Format(time.TimeOnly))
 	f.notify()
 	return f.err
 }

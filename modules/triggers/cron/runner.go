@@ -286,7 +286,7 @@ func (l *loop) prewarm(ctx context.Context, next time.Time) bool {
 	}
 	// In the background: a cold start must not delay the run.
 	l.r.work.Go(func() {
-		if err := l.r.warm.Warm(ctx, l.key.Namespace, l.cfg.function, next.Add(prewarmGrace)); err != nil {
+		if err := l.r.warm.Warm(ctx, triggers.Key{Namespace: l.key.Namespace, Name: l.cfg.function}, next.Add(prewarmGrace)); err != nil {
 			// The run itself reports what matters.
 			l.r.log.Debug("cron trigger: prewarm failed", "trigger", l.key, "error", err)
 		}
