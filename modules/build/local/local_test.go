@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/local"
 	"sless.kube5s.ru/sless/modules/build/safezip"
@@ -145,17 +146,6 @@ func slowRequest(function, sha string) build.Request {
 	return build.Request{Namespace: "default", Function: function, Runtime: "slow", Handler: "handler.handle", CodeSHA256: sha}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // Ten slow installs run two at a time (Installs), while a build without
 // dependencies finishes at once; every build is notified when it ends.
 func TestBuildsRunInTheBackgroundAndInstallsAreBounded(t *testing.T) {
@@ -170,7 +160,7 @@ func TestBuildsRunInTheBackgroundAndInstallsAreBounded(t *testing.T) {
 			t.Fatalf("Build: %+v, %v; want it running", p, err)
 		}
 	}
-	eventually(t, "two installs to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 2 })
+	testenv.Eventually(t, 10*time.Second, "two installs to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 2 })
 	quick := e.upload(t, map[string]string{"handler.py": "def handle(e, c): return 1\n"})
 	if _, err := e.build(t, request(quick)); err != nil {
 		t.Fatalf("a build without dependencies while installs wait: %v", err)
@@ -212,42 +202,43 @@ func TestCancelledBuildsAreForgotten(t *testing.T) {
 	}
 
 	start(slowRequest("f", c1))
-	eventually(t, "the install to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
+	testenv.Eventually(t, 10*time.Second, "the install to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
 	if err := e.builder.Cancel(ctx, "default", "f"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the install to be cancelled", func() bool { _, _, _, c := e.slow.counts(); return c == 1 })
+	testenv.Eventually(t, 10*time.Second, "the install to be cancelled", func() bool { _, _, _, c := e.slow.counts(); return c == 1 })
 
 	// New code for the function cancels the build of the old.
 	start(slowRequest("f", c1))
-	eventually(t, "the install to run again", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
+	testenv.Eventually(t, 10*time.Second, "the install to run again", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
 	c2 := e.upload(t, map[string]string{"handler.py": "x"})
 	res, err := e.build(t, slowRequest("f", c2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the old install to be cancelled", func() bool { _, _, _, c := e.slow.counts(); return c == 2 })
+	testenv.Eventually(t, 10*time.Second, "the old install to be cancelled", func() bool { _, _, _, c := e.slow.counts(); return c == 2 })
 	if filepath.Dir(res.Artifact) != e.dir || res.Log != "" {
 		t.Errorf("the new code's build: %+v; want an artifact without an install log", res)
 	}
-	select {
-	case sha := <-notified:
-		t.Errorf("a cancelled build of %s notified", sha)
-	case <-time.After(50 * time.Millisecond):
-	}
-	eventually(t, "only the new code's artifact in the artifact directory", func() bool {
+	testenv.Eventually(t, 10*time.Second, "only the new code's artifact in the artifact directory", func() bool {
 		entries, _ := os.ReadDir(e.dir)
 		return len(entries) == 1
 	})
 
 	// Stop cancels what runs.
 	start(slowRequest("g", c1))
-	eventually(t, "the install to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
+	testenv.Eventually(t, 10*time.Second, "the install to run", func() bool { r, _, _, _ := e.slow.counts(); return r == 1 })
 	if err := e.builder.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, c := e.slow.counts(); c != 3 {
 		t.Errorf("%d installs cancelled after Stop; want 3", c)
+	}
+	// Stop waited for every build: one that notifies has done so.
+	select {
+	case sha := <-notified:
+		t.Errorf("a cancelled build of %s notified", sha)
+	default:
 	}
 	if _, err := e.builder.Build(ctx, slowRequest("g", c1), nil); err == nil {
 		t.Error("a stopped builder accepted a build")
@@ -401,8 +392,14 @@ func TestRemoveUnused(t *testing.T) {
 	}
 
 	// Returned by a Build at or after the time it was seen unused: kept.
-	seenUnused := time.Now()
-	time.Sleep(10 * time.Millisecond)
+	// Both were last returned an hour ago, whatever the file system's
+	// timestamp granularity.
+	seenUnused := time.Now().Add(-30 * time.Minute)
+	for _, a := range []string{keep.Artifact, drop.Artifact} {
+		if err := os.Chtimes(a, seenUnused.Add(-30*time.Minute), seenUnused.Add(-30*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := e.build(t, request(keepCode)); err != nil {
 		t.Fatal(err)
 	}

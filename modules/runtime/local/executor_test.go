@@ -3,17 +3,20 @@ package local_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/local"
@@ -137,34 +140,43 @@ func TestEnvIsExactlyTheFunctions(t *testing.T) {
 
 func TestConcurrencyLimitsAndQueue(t *testing.T) {
 	e := newExecutor(t, local.Config{QueueDepth: 2})
-	dir := code(t, map[string]string{"handler.py": "import time\ndef handle(event, context):\n    time.sleep(0.3)\n    return 'ok'\n"})
+	// An invocation whose event names a file returns once the file exists.
+	dir := code(t, map[string]string{"handler.py": "import os, time\ndef handle(event, context):\n" +
+		"    while event and not os.path.exists(event):\n        time.sleep(0.01)\n    return 'ok'\n"})
 	tg := target("slow", "python3.11", dir)
 	tg.MaxInstances = 1
 	e.Deploy(context.Background(), tg)
 	invoke(t, e, "slow", "") // start the instance
 
+	release := filepath.Join(t.TempDir(), "release")
 	var wg sync.WaitGroup
 	results := make(chan response, 5)
-	for range 5 {
-		wg.Go(func() { results <- invoke(t, e, "slow", "") })
-		time.Sleep(20 * time.Millisecond)
+	// The first runs until released, the next two wait in the queue, and
+	// the last two find it full; each is sent once the one before arrived.
+	for i := range 5 {
+		wg.Go(func() { results <- invoke(t, e, "slow", strconv.Quote(release)) })
+		if i < 3 {
+			testenv.Eventually(t, 10*time.Second, fmt.Sprintf("invocation %d to arrive", i+1), func() bool {
+				inflight, waiting := local.LoadOf(e, "default", "slow")
+				return inflight == 1 && waiting == i
+			})
+		}
+	}
+	// The refused ones answer without waiting.
+	for range 2 {
+		if r := <-results; !errors.Is(r.err, runtime.ErrOverloaded) {
+			t.Errorf("with the queue full: %+v; want overloaded", r)
+		}
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
 	close(results)
-	ok, overloaded := 0, 0
 	for r := range results {
-		switch {
-		case r.err == nil && r.body == `"ok"`:
-			ok++
-		case errors.Is(r.err, runtime.ErrOverloaded):
-			overloaded++
-		default:
-			t.Errorf("unexpected result %+v", r)
+		if r.err != nil || r.body != `"ok"` {
+			t.Errorf("once released: %+v; want answered", r)
 		}
-	}
-	// One runs, two wait in the queue, two find it full.
-	if ok != 3 || overloaded != 2 {
-		t.Errorf("got %d answered and %d overloaded; want 3 and 2", ok, overloaded)
 	}
 }
 
@@ -286,13 +298,10 @@ func TestWarmKeepsAnInstanceUntilItsInvocation(t *testing.T) {
 	// Past the idle timeout, well before the invocation is expected. The
 	// warm's start runs in the background: the instance is there once an
 	// invocation finds it warm.
-	deadline := time.Now().Add(30 * time.Second)
-	for up, _ := local.InstancesOf(e, "default", "prewarmed"); up == 0; up, _ = local.InstancesOf(e, "default", "prewarmed") {
-		if time.Now().After(deadline) {
-			t.Fatal("the warm started no instance in 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the warm to start an instance", func() bool {
+		up, _ := local.InstancesOf(e, "default", "prewarmed")
+		return up == 1
+	})
 	local.ReapAt(e, time.Now().Add(2*time.Hour))
 	r := invoke(t, e, "prewarmed", "")
 	if r.err != nil {
@@ -340,16 +349,13 @@ func TestWarmAndSuspend(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The warmed instance is found without a cold start once it is up.
-	deadline := time.Now().Add(10 * time.Second)
-	var first response
-	for {
-		time.Sleep(50 * time.Millisecond)
-		if first = invoke(t, e, "warmed", ""); first.err == nil && first.lease.ColdStart() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the warmed instance never served: %+v", first)
-		}
+	testenv.Eventually(t, 10*time.Second, "the warm to start an instance", func() bool {
+		up, _ := local.InstancesOf(e, "default", "warmed")
+		return up == 1
+	})
+	first := invoke(t, e, "warmed", "")
+	if first.err != nil || first.lease.ColdStart() != 0 {
+		t.Fatalf("the warmed instance: %+v, cold start %v; want it to serve warm", first, first.lease.ColdStart())
 	}
 	// Suspending stops the idle instance now, even with min_instances.
 	tg.MinInstances = 1

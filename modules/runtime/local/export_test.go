@@ -38,3 +38,20 @@ func InstancesOf(e *Executor, ns, name string) (up, starting int) {
 	defer p.mu.Unlock()
 	return len(p.instances), p.starting
 }
+
+// LoadOf returns how many invocations of function ns/name are in flight,
+// and how many wait in its queue.
+func LoadOf(e *Executor, ns, name string) (inflight, waiting int) {
+	e.mu.RLock()
+	p := e.pools[meta.Key{Namespace: ns, Name: name}]
+	e.mu.RUnlock()
+	if p == nil {
+		return 0, 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, inst := range p.instances {
+		inflight += inst.inflight
+	}
+	return inflight, len(p.waiters)
+}

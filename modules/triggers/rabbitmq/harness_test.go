@@ -102,12 +102,18 @@ func (f *fakeInvoker) load() (inflight, most int) {
 type fakeReporter struct {
 	mu     sync.Mutex
 	events []triggers.Event
+	// reported, when a wait made it, is closed at the next Report.
+	reported chan struct{}
 }
 
 func (r *fakeReporter) Report(_ triggers.Key, ev triggers.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, ev)
+	if r.reported != nil {
+		close(r.reported)
+		r.reported = nil
+	}
 }
 
 func (r *fakeReporter) all() []triggers.Event {
@@ -118,13 +124,44 @@ func (r *fakeReporter) all() []triggers.Event {
 
 // count returns how many events of kind have a message containing substr.
 func (r *fakeReporter) count(kind, substr string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.countLocked(kind, substr)
+}
+
+func (r *fakeReporter) countLocked(kind, substr string) int {
 	n := 0
-	for _, ev := range r.all() {
+	for _, ev := range r.events {
 		if ev.Kind == kind && strings.Contains(ev.Message, substr) {
 			n++
 		}
 	}
 	return n
+}
+
+// await waits until at least n events of kind with a message containing
+// substr were reported, or until timeout; it returns their count.
+func (r *fakeReporter) await(kind, substr string, n int, timeout time.Duration) int {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		got := r.countLocked(kind, substr)
+		if got >= n {
+			r.mu.Unlock()
+			return got
+		}
+		if r.reported == nil {
+			r.reported = make(chan struct{})
+		}
+		reported := r.reported
+		r.mu.Unlock()
+		select {
+		case <-reported:
+		case <-timer.C:
+			return got
+		}
+	}
 }
 
 // harness is a Runner with fakes on a vhost or a broker of its own.
@@ -270,12 +307,9 @@ func (h *harness) applyReady(tr *triggers.Trigger) {
 // were reported.
 func (h *harness) waitEvents(kind, substr string, n int) {
 	h.t.Helper()
-	eventually(h.t, func() error {
-		if got := h.rep.count(kind, substr); got < n {
-			return fmt.Errorf("%d %s events with %q; want %d", got, kind, substr, n)
-		}
-		return nil
-	})
+	if got := h.rep.await(kind, substr, n, waitTimeout); got < n {
+		h.t.Fatalf("after %v: %d %s events with %q; want %d", waitTimeout, got, kind, substr, n)
+	}
 }
 
 // waitCounts waits until the queue has ready messages waiting and unacked

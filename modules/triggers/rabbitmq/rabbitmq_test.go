@@ -257,10 +257,7 @@ func TestAckLost(t *testing.T) {
 					}
 					// Answer once the consumer knows the connection is
 					// gone, so that the acknowledgement surely fails.
-					deadline := time.Now().Add(waitTimeout)
-					for h.rep.count(triggers.EventError, "CONNECTION_FORCED") == 0 && time.Now().Before(deadline) {
-						time.Sleep(5 * time.Millisecond)
-					}
+					h.rep.await(triggers.EventError, "CONNECTION_FORCED", 1, waitTimeout)
 				}
 				return succeed(ctx, n, req)
 			})

@@ -63,10 +63,7 @@ func TestRetriesCountAcrossLostConnections(t *testing.T) {
 			// Answer once the consumer knows the connection is gone, so
 			// that neither a retry copy nor the dead letter can be
 			// published on it.
-			deadline := time.Now().Add(waitTimeout)
-			for h.rep.count(triggers.EventError, "CONNECTION_FORCED") < n && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			h.rep.await(triggers.EventError, "CONNECTION_FORCED", n, waitTimeout)
 			return alwaysFail(ctx, n, req)
 		})
 		h.applyReady(h.retriedTrigger())
