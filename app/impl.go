@@ -11,6 +11,7 @@ import (
 	buildlocal "sless.kube5s.ru/sless/modules/build/local"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
+	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/local"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
@@ -66,21 +67,23 @@ func implementations(c Config, token string, ch choices) fx.Option {
 }
 
 // modeOptions provide the stores of desired state (functions, triggers,
-// jobs) and the drivers of their reconcilers (which are the
-// ChangeNotifiers, and, for triggers, the functions.Dependents).
+// jobs), the drivers of their reconcilers (which are the ChangeNotifiers,
+// and, for triggers, the functions.Dependents) and the invocation ledger.
 func modeOptions(m mode) fx.Option {
 	switch m {
 	case embedded:
-		return fx.Options(functionsfx.SQLStore, functionsfx.WorkQueue, triggersfx.SQLStore, triggersfx.WorkQueue)
+		return fx.Options(functionsfx.SQLStore, functionsfx.WorkQueue, triggersfx.SQLStore, triggersfx.WorkQueue,
+			invokefx.SQLLedger)
 	case cluster:
-		return fx.Provide(
+		// Invocations go to PostgreSQL through the same ledger.
+		return fx.Options(invokefx.SQLLedger, fx.Provide(
 			notBuilt[functions.Store]("the store of functions as custom resources"),
 			notBuilt[functions.ChangeNotifier]("the controller-runtime driver of the function reconciler"),
 			notBuilt[triggers.Store]("the store of triggers as custom resources"),
 			notBuilt[triggers.JobStore]("the store of function jobs as custom resources"),
 			notBuilt[triggers.ChangeNotifier]("the controller-runtime driver of the trigger and job reconcilers"),
 			notBuilt[functions.Dependents]("the deletion of a function's triggers and jobs as custom resources"),
-		)
+		))
 	}
 	return fx.Error(fmt.Errorf("unknown mode %q", m))
 }

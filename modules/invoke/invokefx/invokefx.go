@@ -1,5 +1,7 @@
-// Package invokefx provides the invoke module: /fn and the Invoker (proxy),
-// the invocation ledger and its REST API.
+// Package invokefx provides the invoke module: /fn and the Invoker (proxy)
+// and the REST API of invocations (Module), and, for app/ to pick, the
+// invocation ledger that drains a local journal into the database
+// (SQLLedger).
 package invokefx
 
 import (
@@ -22,21 +24,23 @@ import (
 
 // Config configures the invoke module.
 type Config struct {
+	// Proxy bounds what /fn and the Invoker pass through.
 	Proxy proxy.Config
+}
+
+// LedgerConfig configures SQLLedger.
+type LedgerConfig struct {
 	// Retention is how long invocations are kept; 0 keeps them forever.
 	Retention time.Duration
 	// Journal configures the ledger's journal; its Dir is required.
 	Journal journal.Options
 }
 
-// Module is the invoke module.
+// Module is the invoke module. It needs an invoke.Ledger, which app/
+// picks.
 var Module = fx.Module("invoke",
-	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "invoke") }),
+	logger,
 	fx.Provide(
-		fx.Annotate(ledger.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
-		newLedger,
-		func(l *ledger.Ledger) invoke.Ledger { return l },
-		fx.Annotate(readyCheck, fx.ResultTags(server.ReadyChecksGroup)),
 		func(c Config) proxy.Config { return c.Proxy },
 		proxy.New,
 		func(p *proxy.Proxy) invoke.Invoker { return p },
@@ -45,10 +49,25 @@ var Module = fx.Module("invoke",
 	),
 )
 
+// SQLLedger provides invoke.Ledger with the ledger that appends records to
+// a journal under the data directory and drains it into the database in
+// batches, its migrations and its readiness check.
+var SQLLedger = fx.Module("invoke-ledger",
+	logger,
+	fx.Provide(
+		fx.Annotate(ledger.Migrations, fx.ResultTags(sqldb.MigrationsGroup)),
+		newLedger,
+		func(l *ledger.Ledger) invoke.Ledger { return l },
+		fx.Annotate(readyCheck, fx.ResultTags(server.ReadyChecksGroup)),
+	),
+)
+
+var logger = fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "invoke") })
+
 // newLedger starts the ledger's writer with the module and stops it after
 // the HTTP server drained, so that every answered invocation is written or
 // left in the journal.
-func newLedger(lc fx.Lifecycle, c Config, db *gorm.DB, reg *prometheus.Registry, log *slog.Logger) (*ledger.Ledger, error) {
+func newLedger(lc fx.Lifecycle, c LedgerConfig, db *gorm.DB, reg *prometheus.Registry, log *slog.Logger) (*ledger.Ledger, error) {
 	l, err := ledger.New(db, ledger.Options{Journal: c.Journal, Retention: c.Retention, Log: log, Metrics: reg})
 	if err != nil {
 		return nil, err
