@@ -11,9 +11,11 @@ import (
 
 // TestImplementationsArePickedInApp checks the rule that only app/ picks
 // implementations: the builders, executors and blob stores are imported by
-// app/ alone (and by the implementation that they are a part of), so that
-// every other package reaches them through their contracts; the /fn proxy,
-// for one, does not know the local executor's protocol.
+// app/ alone (and by the implementation that they are a part of), and the
+// stores and reconciler drivers of the embedded mode by the fx option that
+// offers them to app/ alone, so that every other package reaches them
+// through their contracts; the /fn proxy, for one, does not know the local
+// executor's protocol.
 func TestImplementationsArePickedInApp(t *testing.T) {
 	const mod = "sless.kube5s.ru/sless/"
 	allowed := map[string][]string{
@@ -23,6 +25,13 @@ func TestImplementationsArePickedInApp(t *testing.T) {
 		"modules/runtime/sandbox": {"app", "modules/runtime/local", "cmd/sless"}, // cmd/sless runs sandbox.Init
 		"modules/storage/blobfs":  {"app"},
 		"modules/storage/blobs3":  {"app"},
+		// Offered to app/ as functionsfx.SQLStore, triggersfx.SQLStore,
+		// invokefx.SQLLedger and the WorkQueue drivers.
+		"modules/functions/fnstore": {"modules/functions/functionsfx"},
+		"modules/triggers/trstore":  {"modules/triggers/triggersfx"},
+		"modules/invoke/ledger":     {"modules/invoke/invokefx"},
+		"internal/controller":       {"modules/functions/functionsfx", "modules/triggers/triggersfx"},
+		"modules/triggers/control":  {"modules/triggers/triggersfx"},
 	}
 	gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
 	cmd := exec.Command(gobin, "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, mod+"...")
