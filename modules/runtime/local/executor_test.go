@@ -157,8 +157,8 @@ func TestConcurrencyLimitsAndQueue(t *testing.T) {
 		wg.Go(func() { results <- invoke(t, e, "slow", strconv.Quote(release)) })
 		if i < 3 {
 			testenv.Eventually(t, 10*time.Second, fmt.Sprintf("invocation %d to arrive", i+1), func() bool {
-				inflight, waiting := local.LoadOf(e, "default", "slow")
-				return inflight == 1 && waiting == i
+				p := local.PoolOf(e, "default", "slow")
+				return p.InFlight == 1 && p.Waiting == i
 			})
 		}
 	}
@@ -299,8 +299,7 @@ func TestWarmKeepsAnInstanceUntilItsInvocation(t *testing.T) {
 	// warm's start runs in the background: the instance is there once an
 	// invocation finds it warm.
 	testenv.Eventually(t, 30*time.Second, "the warm to start an instance", func() bool {
-		up, _ := local.InstancesOf(e, "default", "prewarmed")
-		return up == 1
+		return local.PoolOf(e, "default", "prewarmed").Up == 1
 	})
 	local.ReapAt(e, time.Now().Add(2*time.Hour))
 	r := invoke(t, e, "prewarmed", "")
@@ -350,8 +349,7 @@ func TestWarmAndSuspend(t *testing.T) {
 	}
 	// The warmed instance is found without a cold start once it is up.
 	testenv.Eventually(t, 10*time.Second, "the warm to start an instance", func() bool {
-		up, _ := local.InstancesOf(e, "default", "warmed")
-		return up == 1
+		return local.PoolOf(e, "default", "warmed").Up == 1
 	})
 	first := invoke(t, e, "warmed", "")
 	if first.err != nil || first.lease.ColdStart() != 0 {

@@ -25,33 +25,27 @@ func EgressDirOf(e *Executor) string {
 // ReapAt runs e's idle reaper as if the time were now.
 func ReapAt(e *Executor, now time.Time) { e.reapIdle(now) }
 
-// InstancesOf returns how many instances of function ns/name are up, and
-// how many are starting.
-func InstancesOf(e *Executor, ns, name string) (up, starting int) {
-	e.mu.RLock()
-	p := e.pools[meta.Key{Namespace: ns, Name: name}]
-	e.mu.RUnlock()
-	if p == nil {
-		return 0, 0
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.instances), p.starting
+// Pool is the state of a function's pool.
+type Pool struct {
+	// Up and Starting count its instances; InFlight its invocations, and
+	// Waiting those in its queue.
+	Up, Starting, InFlight, Waiting int
 }
 
-// LoadOf returns how many invocations of function ns/name are in flight,
-// and how many wait in its queue.
-func LoadOf(e *Executor, ns, name string) (inflight, waiting int) {
+// PoolOf returns the state of function ns/name's pool; the zero Pool when
+// it is not deployed.
+func PoolOf(e *Executor, ns, name string) Pool {
 	e.mu.RLock()
 	p := e.pools[meta.Key{Namespace: ns, Name: name}]
 	e.mu.RUnlock()
 	if p == nil {
-		return 0, 0
+		return Pool{}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	st := Pool{Up: len(p.instances), Starting: p.starting, Waiting: len(p.waiters)}
 	for _, inst := range p.instances {
-		inflight += inst.inflight
+		st.InFlight += inst.inflight
 	}
-	return inflight, len(p.waiters)
+	return st
 }
