@@ -1,7 +1,8 @@
 // Package triggers is the contract of the triggers module: the Trigger and
 // Job models of the REST API, the Store and JobStore that persist them, the
-// Runner contract that each trigger type (cron, rabbitmq) implements, and
-// the Reporter and Warmer that runners use.
+// ChangeNotifier that tells their reconcilers about writes, the Runner
+// contract that each trigger type (cron, rabbitmq) implements, and the
+// Reporter and Warmer that runners use.
 package triggers
 
 import (
