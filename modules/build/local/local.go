@@ -13,12 +13,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/internal/tail"
 	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/jobs"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/storage"
@@ -55,9 +55,10 @@ func (c *Config) defaults() {
 // Builder implements build.Builder with directories under Dir:
 // Dir/<id> is the artifact of one (runtime, code) pair, where id is a hash of
 // both, so functions with the same code share it; Dir/.tmp-* are builds and
-// removals in progress. Each build runs on a goroutine of its own, and its
-// result waits in memory until its function asks for it.
+// removals in progress. Builds run in the background (jobs.Jobs); Start and
+// Stop come from there too.
 type Builder struct {
+	*jobs.Jobs
 	cfg      Config
 	blobs    storage.Blobs
 	runtimes Runtimes
@@ -67,25 +68,6 @@ type Builder struct {
 	locks keylock.Map[string]
 	// installs holds a token per dependency install running.
 	installs chan struct{}
-
-	mu sync.Mutex
-	// jobs is the build of each function ("namespace/name").
-	jobs map[string]*job
-	// ctx is the parent of every build's context, cancelled by Stop.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-// job is one function's build.
-type job struct {
-	key    string // the request's Key
-	cancel context.CancelFunc
-	// done is closed when res and err are set.
-	done   chan struct{}
-	res    build.Result
-	err    error
-	notify func() // guarded by Builder.mu
 }
 
 // New returns a stopped builder that keeps artifacts in c.Dir, removing
@@ -106,99 +88,13 @@ func New(c Config, blobs storage.Blobs, runtimes Runtimes, confine runtime.Confi
 		}
 	}
 	c.Dir = filepath.Clean(c.Dir)
-	return &Builder{cfg: c, blobs: blobs, runtimes: runtimes, confine: confine, log: log,
-		installs: make(chan struct{}, c.Installs), jobs: map[string]*job{}}, nil
-}
-
-// Start lets builds run; they outlive ctx, Stop cancels them.
-func (b *Builder) Start(ctx context.Context) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	return nil
-}
-
-// Stop cancels every build, forgetting it (a function that was building
-// builds again after the next start), and waits for them until ctx ends.
-func (b *Builder) Stop(ctx context.Context) error {
-	b.mu.Lock()
-	if b.cancel != nil {
-		b.cancel()
-	}
-	b.jobs = map[string]*job{}
-	b.mu.Unlock()
-	done := make(chan struct{})
-	go func() { b.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stopping the builds: %w", ctx.Err())
-	}
+	b := &Builder{cfg: c, blobs: blobs, runtimes: runtimes, confine: confine, log: log,
+		installs: make(chan struct{}, c.Installs)}
+	b.Jobs = jobs.New(b.buildNow, log)
+	return b, nil
 }
 
 var _ build.Builder = (*Builder)(nil)
-
-// Build implements build.Builder.
-func (b *Builder) Build(_ context.Context, req build.Request, notify func()) (build.Progress, error) {
-	fk, key := req.Namespace+"/"+req.Function, req.Key()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ctx == nil || b.ctx.Err() != nil {
-		return build.Progress{}, errors.New("the builder is not running")
-	}
-	j := b.jobs[fk]
-	if j != nil && j.key != key {
-		j.cancel()
-		j = nil
-	}
-	if j == nil {
-		j = &job{key: key, done: make(chan struct{})}
-		var ctx context.Context
-		ctx, j.cancel = context.WithCancel(b.ctx)
-		b.jobs[fk] = j
-		b.wg.Go(func() { b.run(ctx, fk, j, req) })
-	}
-	j.notify = notify
-	select {
-	case <-j.done:
-		delete(b.jobs, fk)
-		return build.Progress{Done: true, Result: j.res, Err: j.err}, nil
-	default:
-		return build.Progress{}, nil
-	}
-}
-
-// Cancel implements build.Builder.
-func (b *Builder) Cancel(_ context.Context, namespace, function string) error {
-	fk := namespace + "/" + function
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if j, ok := b.jobs[fk]; ok {
-		j.cancel()
-		delete(b.jobs, fk)
-	}
-	return nil
-}
-
-// run builds j and notifies its function, unless the build was cancelled
-// meanwhile (it is then no longer the function's job).
-func (b *Builder) run(ctx context.Context, fk string, j *job, req build.Request) {
-	defer j.cancel()
-	start := time.Now()
-	res, err := b.buildNow(ctx, req)
-	b.log.DebugContext(ctx, "build ended", "namespace", req.Namespace, "function", req.Function,
-		"code_sha256", req.CodeSHA256, "reused", res.Reused, "duration", time.Since(start), "error", err)
-	b.mu.Lock()
-	j.res, j.err = res, err
-	close(j.done)
-	notify := j.notify
-	current := b.jobs[fk] == j
-	b.mu.Unlock()
-	if current && notify != nil {
-		notify()
-	}
-}
 
 // buildNow builds req's artifact, or finds it built.
 func (b *Builder) buildNow(ctx context.Context, req build.Request) (build.Result, error) {
