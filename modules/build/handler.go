@@ -2,6 +2,8 @@ package build
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"sless.kube5s.ru/sless/modules/runtime"
@@ -45,4 +47,27 @@ func CheckHandler(p runtime.Provider, handler string, code Code) error {
 	}
 	return &Error{Msg: fmt.Sprintf("the handler file is missing: handler %q needs %s in the uploaded code, %s",
 		handler, strings.Join(files, " or "), has)}
+}
+
+// DirCode is code extracted into a directory, as CheckHandler sees it.
+type DirCode string
+
+// IsFile implements Code.
+func (d DirCode) IsFile(name string) bool {
+	st, err := os.Stat(filepath.Join(string(d), filepath.FromSlash(name)))
+	return err == nil && st.Mode().IsRegular()
+}
+
+// TopLevel implements Code.
+func (d DirCode) TopLevel() []string {
+	entries, _ := os.ReadDir(string(d))
+	var top []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() {
+			name += "/"
+		}
+		top = append(top, name)
+	}
+	return top
 }

@@ -119,7 +119,7 @@ func (b *Builder) buildNow(ctx context.Context, req build.Request) (build.Result
 	if err := touch(final); err != nil {
 		return build.Result{}, fmt.Errorf("marking artifact %s used: %w", id, err)
 	}
-	if err := build.CheckHandler(p, req.Handler, dirCode(final)); err != nil {
+	if err := build.CheckHandler(p, req.Handler, build.DirCode(final)); err != nil {
 		return build.Result{}, err
 	}
 	return res, nil
@@ -302,25 +302,4 @@ func (b *Builder) extract(ctx context.Context, sha, zipPath, dir string) error {
 		return fmt.Errorf("extracting code %s: %w", sha, err)
 	}
 	return nil
-}
-
-// dirCode is an extracted artifact as build.CheckHandler sees it.
-type dirCode string
-
-func (d dirCode) IsFile(name string) bool {
-	st, err := os.Stat(filepath.Join(string(d), filepath.FromSlash(name)))
-	return err == nil && st.Mode().IsRegular()
-}
-
-func (d dirCode) TopLevel() []string {
-	entries, _ := os.ReadDir(string(d))
-	var top []string
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() {
-			name += "/"
-		}
-		top = append(top, name)
-	}
-	return top
 }

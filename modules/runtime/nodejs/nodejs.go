@@ -3,11 +3,14 @@ package nodejs
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sless.kube5s.ru/sless/modules/runtime"
@@ -68,25 +71,103 @@ func (*Provider) DependencyFile() string { return "package.json" }
 // InstallDependencies implements runtime.DependencyInstaller: production
 // dependencies only, from the lock file when the code has one.
 func (p *Provider) InstallDependencies(ctx context.Context, dir string, out io.Writer) error {
-	node, _, err := p.Interpreter(ctx)
+	cmd, err := p.npmInstall(ctx, dir)
 	if err != nil {
 		return err
+	}
+	cmd.Env = interp.ToolEnv("NODE_ENV=production")
+	return interp.RunTool(ctx, cmd, out)
+}
+
+// npmInstall returns the npm command that installs dir's production
+// dependencies: `npm ci` with a lock file, `npm install` without.
+func (p *Provider) npmInstall(ctx context.Context, dir string, args ...string) (*exec.Cmd, error) {
+	node, _, err := p.Interpreter(ctx)
+	if err != nil {
+		return nil, err
 	}
 	// npm next to the resolved node is the one that matches it.
 	npm := filepath.Join(filepath.Dir(node), "npm")
 	if _, err := os.Stat(npm); err != nil {
 		if npm, err = exec.LookPath("npm"); err != nil {
-			return fmt.Errorf("runtime %s: npm is needed to install package.json dependencies: %w", Name, err)
+			return nil, fmt.Errorf("runtime %s: npm is needed to install package.json dependencies: %w", Name, err)
 		}
 	}
 	verb := "install"
 	if _, err := os.Stat(filepath.Join(dir, "package-lock.json")); err == nil {
 		verb = "ci"
 	}
-	cmd := exec.CommandContext(ctx, npm, verb, "--omit=dev", "--no-audit", "--no-fund", "--no-update-notifier", "--loglevel=error")
+	cmd := exec.CommandContext(ctx, npm, append([]string{verb, "--omit=dev", "--no-audit", "--no-fund",
+		"--no-update-notifier", "--loglevel=error"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = interp.ToolEnv("NODE_ENV=production")
-	return interp.RunTool(ctx, cmd, out)
+	return cmd, nil
+}
+
+// ImageLayout implements runtime.ImageRuntime.
+func (*Provider) ImageLayout() runtime.ImageLayout {
+	return runtime.ImageLayout{Interpreter: "node", Wrapper: "server.js", DepsDir: "node_modules",
+		DependencyFiles: []string{"package.json", "package-lock.json", "npm-shrinkwrap.json"},
+		Env:             []string{"NODE_ENV=production"}}
+}
+
+// InstallImageDependencies implements runtime.ImageRuntime: npm installs
+// the packages for the image's platform without running their install
+// scripts, and fails when a package has one (a native build, usually),
+// since it would be missing what the script makes.
+func (p *Provider) InstallImageDependencies(ctx context.Context, dir, platform string, env []string, out io.Writer) error {
+	osName, cpu, ok := strings.Cut(platform, "/")
+	if cpu == "amd64" {
+		cpu = "x64"
+	}
+	if !ok || osName != "linux" || (cpu != "x64" && cpu != "arm64") {
+		return fmt.Errorf("platform %q: want linux/amd64 or linux/arm64", platform)
+	}
+	cmd, err := p.npmInstall(ctx, dir, "--ignore-scripts", "--os="+osName, "--cpu="+cpu)
+	if err != nil {
+		return err
+	}
+	cmd.Env = append(interp.ToolEnv("NODE_ENV=production"), env...)
+	if err := interp.RunTool(ctx, cmd, out); err != nil {
+		return err
+	}
+	scripted, err := withInstallScripts(filepath.Join(dir, "node_modules", ".package-lock.json"))
+	if err != nil {
+		return err
+	}
+	if len(scripted) > 0 {
+		return fmt.Errorf("%w: %s must run an install script (a native build, usually), which is not run here",
+			runtime.ErrNeedsBuild, strings.Join(scripted, ", "))
+	}
+	return nil
+}
+
+// withInstallScripts lists the packages that npm's hidden lock file (written
+// by every install) marks as having install scripts, sorted.
+func withInstallScripts(lockFile string) ([]string, error) {
+	data, err := os.ReadFile(lockFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // no dependencies at all
+	}
+	if err != nil {
+		return nil, err
+	}
+	var lock struct {
+		Packages map[string]struct {
+			HasInstallScript bool `json:"hasInstallScript"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(data, &lock); err != nil {
+		return nil, fmt.Errorf("reading npm's record of the installed packages: %w", err)
+	}
+	var names []string
+	for path, pkg := range lock.Packages {
+		if pkg.HasInstallScript {
+			const dir = "node_modules/"
+			names = append(names, path[strings.LastIndex(path, dir)+len(dir):])
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // ReadsAtStartup implements runtime.StartupEnvReader: Node.js and libuv read

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"sless.kube5s.ru/sless/internal/tail"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/interp"
 	"sless.kube5s.ru/sless/runtimes"
@@ -87,6 +88,61 @@ func (p *Provider) InstallDependencies(ctx context.Context, dir string, out io.W
 	cmd.Dir = dir
 	cmd.Env = interp.ToolEnv("PYTHONDONTWRITEBYTECODE=1")
 	return interp.RunTool(ctx, cmd, out)
+}
+
+// ImageLayout implements runtime.ImageRuntime.
+func (p *Provider) ImageLayout() runtime.ImageLayout {
+	return runtime.ImageLayout{Interpreter: p.name, Wrapper: "server.py", DepsDir: DepsDir,
+		DependencyFiles: []string{"requirements.txt"},
+		Env:             []string{"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"}}
+}
+
+// imageGlibcMinor is the glibc of the base images (Debian 12: 2.36): the
+// newest manylinux wheels they run.
+const imageGlibcMinor = 36
+
+// InstallImageDependencies implements runtime.ImageRuntime: pip installs
+// binary wheels only (no setup.py runs) for the image's CPython version and
+// platform, without compiling them (the .pyc files would carry the install
+// time).
+func (p *Provider) InstallImageDependencies(ctx context.Context, dir, platform string, env []string, out io.Writer) error {
+	arch, err := wheelArch(platform)
+	if err != nil {
+		return err
+	}
+	python, _, err := p.Interpreter(ctx)
+	if err != nil {
+		return err
+	}
+	args := []string{"-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
+		"--no-compile", "--target", filepath.Join(dir, DepsDir), "--only-binary=:all:",
+		"--implementation", "cp", "--python-version", strings.TrimPrefix(p.name, "python")}
+	// pip does not expand PEP 600 tags to the older ones they include.
+	for minor := imageGlibcMinor; minor >= 17; minor-- {
+		args = append(args, "--platform", fmt.Sprintf("manylinux_2_%d_%s", minor, arch))
+	}
+	args = append(args, "--platform", "manylinux2014_"+arch, "-r", "requirements.txt")
+	cmd := exec.CommandContext(ctx, python, args...)
+	cmd.Dir = dir
+	cmd.Env = append(interp.ToolEnv("PYTHONDONTWRITEBYTECODE=1"), env...)
+	tb := &tail.Buffer{Max: 16 << 10}
+	err = interp.RunTool(ctx, cmd, io.MultiWriter(out, tb))
+	if err != nil && strings.Contains(tb.String(), "No matching distribution found") {
+		return fmt.Errorf("%w: pip found no binary wheel of a requirement for CPython %s on %s: %w",
+			runtime.ErrNeedsBuild, strings.TrimPrefix(p.name, "python"), platform, err)
+	}
+	return err
+}
+
+// wheelArch is the architecture of platform in wheel tags.
+func wheelArch(platform string) (string, error) {
+	switch platform {
+	case "linux/amd64":
+		return "x86_64", nil
+	case "linux/arm64":
+		return "aarch64", nil
+	}
+	return "", fmt.Errorf("platform %q: want linux/amd64 or linux/arm64", platform)
 }
 
 // ReadsAtStartup implements runtime.StartupEnvReader: CPython reads PYTHON*
