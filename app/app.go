@@ -47,7 +47,7 @@ func options(m mode, c Config, token string, log *slog.Logger, plugins ...fx.Opt
 		fx.WithLogger(func() fxevent.Logger { return newFxLogger(log) }),
 		fx.Supply(log, c),
 		fx.Provide(newRegistry),
-		implementations(c, token, choose(m)),
+		implementations(c, token, choose(m, c.Builder)),
 		fx.Supply(
 			server.Config{Listen: c.Listen, DataDir: c.DataDir},
 			storagefx.Config{DatabaseURL: c.DatabaseURL},

@@ -54,7 +54,7 @@ func TestEmbeddedGraph(t *testing.T) {
 // members are still stubs: every module finds what it needs in either mode.
 // The stubs refuse to start, saying what is missing.
 func TestClusterGraph(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := testConfig(t, "--image-repository", "127.0.0.1:5000/sless/functions")
 	if err := fx.ValidateApp(options(cluster, cfg, "token-token-token-1", discard)); err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +63,9 @@ func TestClusterGraph(t *testing.T) {
 		t.Errorf("starting the cluster mode: %v; want a refusal naming what is not built", err)
 	}
 	// Each contract the cluster mode implements differently is a stub of
-	// its own, not the embedded implementation.
-	impl := implementations(cfg, "token-token-token-1", choose(cluster))
+	// its own, not the embedded implementation. Its default builder, crane,
+	// is built (TestClusterModeBuildsWithCrane); kaniko is still a stub.
+	impl := implementations(cfg, "token-token-token-1", choose(cluster, "kaniko"))
 	for _, c := range []struct {
 		contract string
 		target   any
@@ -83,6 +84,19 @@ func TestClusterGraph(t *testing.T) {
 		err := fx.New(impl, fx.NopLogger, fx.Populate(c.target)).Err()
 		if want := c.what + " is not built yet"; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s in the cluster mode: %v; want %q", c.contract, err, want)
+		}
+	}
+}
+
+// TestEmbeddedRefusesImageBuilders: the local executor runs directories,
+// so an image builder in the embedded mode is a configuration mistake that
+// start-up names.
+func TestEmbeddedRefusesImageBuilders(t *testing.T) {
+	for _, b := range []string{"crane", "kaniko"} {
+		app := fx.New(Options(testConfig(t, "--builder", b), "token-token-token-1", discard), fx.NopLogger)
+		want := "builder " + b + " makes images, which the embedded mode's local executor cannot run"
+		if err := app.Err(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("embedded mode with builder %s: %v; want %q", b, err, want)
 		}
 	}
 }

@@ -54,6 +54,26 @@ type Config struct {
 	BuildTimeout time.Duration
 	// BuildLimits bound uploaded archives; defaults 50 MiB, 250 MiB, 10,000.
 	BuildLimits safezip.Limits
+	// Builder turns uploads into artifacts: local (the embedded mode's, and
+	// its only one: its executor runs directories) or, in the cluster mode,
+	// crane (images layered onto the runtime base images; the default there)
+	// or kaniko. Default: the mode's.
+	Builder string
+	// ImageRepository receives the crane builder's images, e.g.
+	// registry.example.com/sless/functions; required by it.
+	ImageRepository string
+	// ImageBaseImages overrides base images, RUNTIME=REF pairs separated by
+	// commas; default: <registry of ImageRepository>/sless-runtime-<runtime>:<version>.
+	ImageBaseImages string
+	// ImageInsecure allows plain HTTP to the registries; default false
+	// (loopback registries always may use it).
+	ImageInsecure bool
+	// ImageDockerConfig is a docker config.json (an image pull secret's
+	// .dockerconfigjson) with the registries' credentials; default none.
+	ImageDockerConfig string
+	// ImagePlatform is the images' platform, linux/amd64 (default) or
+	// linux/arm64.
+	ImagePlatform string
 	// IdleTimeout stops instances idle this long; default 5m.
 	IdleTimeout time.Duration
 	// Prestart is the number of generic processes kept ready per runtime;
@@ -128,6 +148,12 @@ var settings = []setting{
 	{name: "build-max-zip-bytes", usage: "largest accepted upload"},
 	{name: "build-max-extracted-bytes", usage: "largest total size of the files in an upload"},
 	{name: "build-max-entries", usage: "most entries an upload may hold"},
+	{name: "builder", usage: "what builds uploads: local (the embedded mode's only builder) or, in the cluster mode, crane or kaniko (default: the mode's)"},
+	{name: "image-repository", usage: "repository the crane builder pushes function images to, e.g. registry.example.com/sless/functions"},
+	{name: "image-base-images", usage: "base images of the crane builder, RUNTIME=REF[,RUNTIME=REF...] (default: <registry of image-repository>/sless-runtime-<runtime>:<version>)"},
+	{name: "image-insecure", usage: "let the crane builder use plain HTTP with the registries (loopback ones always may)"},
+	{name: "image-docker-config", usage: "docker config.json with the registries' credentials, as in an image pull secret (default: none)"},
+	{name: "image-platform", usage: "platform of the images the crane builder makes: linux/amd64 or linux/arm64"},
 	{name: "idle-timeout", usage: "instances idle this long stop, down to a function's min_instances"},
 	{name: "prestart", usage: "interpreters kept started per runtime in use, so that cold starts skip the interpreter's start (0: off)"},
 	{name: "queue-depth", usage: "most invocations of one function that wait for a free instance; more get 503"},
@@ -155,7 +181,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	lim := safezip.DefaultLimits()
 	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
-		JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
+		ImagePlatform: "linux/amd64", JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
 		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256, InstanceEgress: "all",
 		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
@@ -166,6 +192,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"log-level": &cfg.LogLevel, "log-format": &cfg.LogFormat,
 		"build-timeout": &cfg.BuildTimeout, "build-max-zip-bytes": &cfg.BuildLimits.MaxCompressedBytes,
 		"build-max-extracted-bytes": &cfg.BuildLimits.MaxExtractedBytes, "build-max-entries": &cfg.BuildLimits.MaxEntries,
+		"builder": &cfg.Builder, "image-repository": &cfg.ImageRepository, "image-base-images": &cfg.ImageBaseImages,
+		"image-insecure": &cfg.ImageInsecure, "image-docker-config": &cfg.ImageDockerConfig, "image-platform": &cfg.ImagePlatform,
 		"idle-timeout": &cfg.IdleTimeout, "prestart": &cfg.Prestart, "queue-depth": &cfg.QueueDepth,
 		"max-request-bytes": &cfg.MaxRequestBytes, "max-result-bytes": &cfg.MaxResultBytes, "invocation-retention": &cfg.InvocationRetention,
 		"journal-sync": &cfg.JournalSync, "journal-max-bytes": &cfg.JournalMaxBytes,
@@ -180,6 +208,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		switch p := vars[s.name].(type) {
 		case *string:
 			fs.StringVar(p, s.name, *p, usage)
+		case *bool:
+			fs.BoolVar(p, s.name, *p, usage)
 		case *time.Duration:
 			fs.DurationVar(p, s.name, *p, usage)
 		case *int:
@@ -190,6 +220,25 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 			panic("app: setting without a variable: " + s.name) // a programming error caught by every test
 		}
 	}
+}
+
+// parseBaseImages parses RUNTIME=REF[,RUNTIME=REF...].
+func parseBaseImages(s string) (map[string]string, error) {
+	images := map[string]string{}
+	for pair := range strings.SplitSeq(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		rt, ref, ok := strings.Cut(pair, "=")
+		if !ok || rt == "" || ref == "" {
+			return nil, fmt.Errorf("%q is not RUNTIME=REF", pair)
+		}
+		if _, dup := images[rt]; dup {
+			return nil, fmt.Errorf("runtime %s is given twice", rt)
+		}
+		images[rt] = ref
+	}
+	return images, nil
 }
 
 func envName(setting string) string {
@@ -327,6 +376,15 @@ func (c *Config) validate() error {
 	}
 	if c.BuildLimits.MaxEntries <= 0 {
 		bad("build-max-entries", "must be positive")
+	}
+	if !slices.Contains([]string{"", "local", "crane", "kaniko"}, c.Builder) {
+		bad("builder", "%q is not one of local, crane, kaniko", c.Builder)
+	}
+	if _, err := parseBaseImages(c.ImageBaseImages); err != nil {
+		bad("image-base-images", "%v", err)
+	}
+	if !slices.Contains([]string{"linux/amd64", "linux/arm64"}, c.ImagePlatform) {
+		bad("image-platform", "%q is not one of linux/amd64, linux/arm64", c.ImagePlatform)
 	}
 	if c.IdleTimeout <= 0 {
 		bad("idle-timeout", "must be positive")

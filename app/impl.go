@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"go.uber.org/fx"
 
 	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/crane"
 	buildlocal "sless.kube5s.ru/sless/modules/build/local"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
@@ -40,26 +42,32 @@ const (
 // module constructs an implementation of its own.
 type choices struct {
 	mode mode
-	// builder is "local" or, in the cluster mode, "kaniko".
+	// builder is "local" or, in the cluster mode, "crane" or "kaniko".
 	builder string
 	// executor is "local" or, in the cluster mode, "kube".
 	executor string
 }
 
-// choose returns the implementations of m. The blob store and the
-// authenticator follow the configuration alone (newBlobs, authOptions).
-func choose(m mode) choices {
+// choose returns the implementations of m, with builder when it is set
+// (Config.Builder). The blob store and the authenticator follow the
+// configuration alone (newBlobs, authOptions).
+func choose(m mode, builder string) choices {
+	ch := choices{mode: embedded, builder: "local", executor: "local"}
 	if m == cluster {
-		return choices{mode: cluster, builder: "kaniko", executor: "kube"}
+		// crane is the fast path; kaniko builds what it cannot.
+		ch = choices{mode: cluster, builder: "crane", executor: "kube"}
 	}
-	return choices{mode: embedded, builder: "local", executor: "local"}
+	if builder != "" {
+		ch.builder = builder
+	}
+	return ch
 }
 
 // implementations returns the options that provide ch's implementations.
 func implementations(c Config, token string, ch choices) fx.Option {
 	return fx.Options(
 		modeOptions(ch.mode),
-		builderOptions(c, ch.builder),
+		builderOptions(c, ch),
 		executorOptions(c, ch.executor),
 		fx.Provide(func(lc fx.Lifecycle) (storage.Blobs, error) { return newBlobs(lc, c) }),
 		authOptions(c, token),
@@ -89,8 +97,12 @@ func modeOptions(m mode) fx.Option {
 }
 
 // builderOptions provide the build.Builder.
-func builderOptions(c Config, name string) fx.Option {
-	switch name {
+func builderOptions(c Config, ch choices) fx.Option {
+	if ch.mode == embedded && ch.builder != "local" {
+		return fx.Error(fmt.Errorf("builder %s makes images, which the embedded mode's local executor cannot run: "+
+			"the embedded mode builds with local (to build an image of a function here, run `sless image build`)", ch.builder))
+	}
+	switch ch.builder {
 	case "local":
 		return fx.Module("build",
 			fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "build") }),
@@ -105,10 +117,30 @@ func builderOptions(c Config, name string) fx.Option {
 				return b, nil
 			}),
 		)
+	case "crane":
+		return fx.Module("build",
+			fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "build") }),
+			fx.Provide(func(lc fx.Lifecycle, blobs storage.Blobs, runtimes *runtime.Registry, log *slog.Logger) (build.Builder, error) {
+				b, err := crane.New(craneConfig(c), blobs, runtimes, log)
+				if err != nil {
+					return nil, err
+				}
+				lc.Append(fx.Hook{OnStart: b.Start, OnStop: b.Stop})
+				return b, nil
+			}),
+		)
 	case "kaniko":
 		return fx.Provide(notBuilt[build.Builder]("the kaniko builder"))
 	}
-	return fx.Error(fmt.Errorf("unknown builder %q", name))
+	return fx.Error(fmt.Errorf("unknown builder %q", ch.builder))
+}
+
+// craneConfig is the crane builder's part of c, which validate checked.
+func craneConfig(c Config) crane.Config {
+	bases, _ := parseBaseImages(c.ImageBaseImages)
+	return crane.Config{Repository: c.ImageRepository, BaseImages: bases, Insecure: c.ImageInsecure,
+		DockerConfig: c.ImageDockerConfig, Platform: c.ImagePlatform, CacheDir: filepath.Join(c.DataDir, "image-cache"),
+		Limits: c.BuildLimits, Timeout: c.BuildTimeout}
 }
 
 // executorOptions provide both sides of the executor (runtime.Deployer and
