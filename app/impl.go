@@ -16,6 +16,8 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/local"
+	"sless.kube5s.ru/sless/modules/runtime/nodejs"
+	"sless.kube5s.ru/sless/modules/runtime/python"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/storage"
 	"sless.kube5s.ru/sless/modules/triggers"
@@ -258,4 +260,15 @@ func notBuilt[T any](what string) func() (T, error) {
 		var zero T
 		return zero, fmt.Errorf("%s is not built yet: the cluster mode cannot start", what)
 	}
+}
+
+// NewImageBuilder returns a crane builder of the built-in runtimes for a
+// command that builds one image and exits (`sless image build`), with code
+// from blobs.
+func NewImageBuilder(c crane.Config, blobs crane.Blobs, log *slog.Logger) (*crane.Builder, error) {
+	runtimes, err := runtime.NewRegistry([]runtime.Provider{python.New(), nodejs.New()})
+	if err != nil {
+		return nil, err
+	}
+	return crane.New(c, blobs, runtimes, log)
 }

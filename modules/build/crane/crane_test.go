@@ -5,7 +5,6 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -30,13 +29,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/crane"
+	"sless.kube5s.ru/sless/modules/build/crane/cranetest"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/nodejs"
@@ -103,47 +101,6 @@ func (r *testRegistry) setRefuse(f func(*http.Request) int) {
 	r.refuse = f
 }
 
-// pushBase pushes a base image of rt to ref: the wrapper under
-// /sless/<wrapper>, a file of the "distribution", and an environment.
-func pushBase(t *testing.T, ref string, rt runtime.ImageRuntime, wrapper []byte) {
-	t.Helper()
-	layout := rt.ImageLayout()
-	files := map[string][]byte{
-		strings.TrimPrefix(layout.WrapperPath(), "/"): wrapper,
-		"etc/os-release": []byte("ID=test\n"),
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, n := range slices.Sorted(maps.Keys(files)) {
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(files[n])
-	}
-	tw.Close()
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err = mutate.Config(img, v1.Config{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
-		Labels: map[string]string{"org.opencontainers.image.title": "base"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
-}
-
 type env struct {
 	reg     *testRegistry
 	blobs   storage.Blobs
@@ -157,7 +114,9 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	reg := newRegistry(t)
 	py := python.New()
-	pushBase(t, reg.host+"/"+py.BaseImage(), py, runtimes.PythonServer)
+	if err := cranetest.PushBase(reg.host+"/"+py.BaseImage(), py.ImageLayout(), runtimes.PythonServer); err != nil {
+		t.Fatal(err)
+	}
 	reg.pushes()
 	blobs, err := blobfs.New(t.TempDir())
 	if err != nil {
@@ -195,24 +154,11 @@ func (e *env) upload(t *testing.T, fn string, files map[string]string) build.Req
 
 func zipOf(t *testing.T, files map[string]string) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, n := range slices.Sorted(maps.Keys(files)) {
-		h := &zip.FileHeader{Name: n, Method: zip.Deflate, Modified: time.Now()}
-		h.SetMode(0o600) // the host's modes must not reach the image
-		if strings.HasSuffix(n, ".sh") {
-			h.SetMode(0o700)
-		}
-		w, err := zw.CreateHeader(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(w, files[n])
-	}
-	if err := zw.Close(); err != nil {
+	data, err := cranetest.Zip(files)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes()
+	return data
 }
 
 const helloPy = `def handle(event, context):
@@ -306,14 +252,14 @@ func TestImageHoldsTheCodeAndRunsTheWrapper(t *testing.T) {
 	if diff := cmp.Diff([]string{"--handler", "handler.handle"}, c.Cmd); diff != "" {
 		t.Errorf("cmd (-want +got):\n%s", diff)
 	}
-	wantEnv := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"}
+	wantEnv := append(slices.Clone(cranetest.BaseEnv), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
 	if diff := cmp.Diff(wantEnv, c.Env); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
 	}
 	if c.User != runtime.ImageUser || c.WorkingDir != runtime.ImageCodeDir {
 		t.Errorf("user %q, working dir %q; want %q, %q", c.User, c.WorkingDir, runtime.ImageUser, runtime.ImageCodeDir)
 	}
-	wantLabels := map[string]string{"org.opencontainers.image.title": "base", crane.LabelRuntime: "python3.11",
+	wantLabels := map[string]string{"org.opencontainers.image.title": cranetest.BaseTitle, crane.LabelRuntime: "python3.11",
 		crane.LabelHandler: "handler.handle", crane.LabelCodeSHA256: req.CodeSHA256}
 	if diff := cmp.Diff(wantLabels, c.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
@@ -394,28 +340,6 @@ func TestSameCodeGivesTheSameDigestAndPushesNothing(t *testing.T) {
 	}
 }
 
-// wheel writes a pure-Python wheel of package name, version 1.0, whose
-// module says hello, into dir.
-func wheel(t *testing.T, dir, pkg string) {
-	t.Helper()
-	distInfo := pkg + "-1.0.dist-info/"
-	files := map[string]string{
-		pkg + "/__init__.py":  "GREETING = 'hello from " + pkg + "'\n",
-		distInfo + "METADATA": "Metadata-Version: 2.1\nName: " + pkg + "\nVersion: 1.0\n",
-		distInfo + "WHEEL":    "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-	}
-	var record strings.Builder
-	for _, n := range slices.Sorted(maps.Keys(files)) {
-		sum := sha256.Sum256([]byte(files[n]))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[n]))
-	}
-	record.WriteString(distInfo + "RECORD,,\n")
-	files[distInfo+"RECORD"] = record.String()
-	if err := os.WriteFile(filepath.Join(dir, pkg+"-1.0-py3-none-any.whl"), zipOf(t, files), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // withWheels makes e's builder install from a directory of wheels only.
 func withWheels(t *testing.T, e *env, pkgs ...string) {
 	t.Helper()
@@ -424,7 +348,9 @@ func withWheels(t *testing.T, e *env, pkgs ...string) {
 	}
 	dir := t.TempDir()
 	for _, p := range pkgs {
-		wheel(t, dir, p)
+		if err := cranetest.Wheel(dir, p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.cfg.InstallEnv = []string{"PIP_NO_INDEX=1", "PIP_FIND_LINKS=" + dir}
 }
