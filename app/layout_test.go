@@ -15,15 +15,17 @@ import (
 // stores and reconciler drivers of the embedded mode by the fx option that
 // offers them to app/ alone, so that every other package reaches them
 // through their contracts; the /fn proxy, for one, does not know the local
-// executor's protocol.
+// executor's protocol. bench measures builders as tests do, and the CLI
+// runs the crane builder for `sless image build`.
 func TestImplementationsArePickedInApp(t *testing.T) {
 	const mod = "sless.kube5s.ru/sless/"
 	allowed := map[string][]string{
-		"modules/build/local":     {"app"},
+		"modules/build/local":     {"app", "bench"},
+		"modules/build/crane":     {"app", "cli", "bench"},
 		"modules/runtime/local":   {"app"},
 		"modules/runtime/wire":    {"modules/runtime/local"},
 		"modules/runtime/sandbox": {"app", "modules/runtime/local", "cmd/sless"}, // cmd/sless runs sandbox.Init
-		"modules/storage/blobfs":  {"app"},
+		"modules/storage/blobfs":  {"app", "bench"},
 		"modules/storage/blobs3":  {"app"},
 		// Offered to app/ as functionsfx.SQLStore, triggersfx.SQLStore,
 		// invokefx.SQLLedger and the WorkQueue drivers.

@@ -30,6 +30,7 @@ var (
 	coldSamples  = flag.Int("cold-samples", 15, "cold starts measured per runtime")
 	writeReadme  = flag.Bool("write", false, "replace the results table in bench/README.md")
 	onlyOverload = flag.Bool("overload", false, "run only the overload measurement and print its table")
+	onlyBuilds   = flag.Bool("builds", false, "run only the build measurement (bench/build.go) and print its table")
 )
 
 const token = "bench-token-0123456789"
@@ -49,6 +50,9 @@ type runtimeCase struct {
 }
 
 func run() error {
+	if *onlyBuilds {
+		return builds(os.Stdout)
+	}
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return fmt.Errorf("wrk is needed (apt-get install wrk, or run bench/run.sh): %w", err)
 	}
@@ -176,6 +180,9 @@ func run() error {
 		fmt.Fprintln(&report, r)
 	}
 	if err := overload(srv, &report); err != nil {
+		return err
+	}
+	if err := builds(&report); err != nil {
 		return err
 	}
 	logf("ledger")
