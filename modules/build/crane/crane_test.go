@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"archive/zip"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -650,5 +651,74 @@ func extract(t *testing.T, r io.ReadCloser, root string) {
 		if err != nil && !errors.Is(err, os.ErrExist) {
 			t.Fatal(err)
 		}
+	}
+}
+
+// npmPackage writes name-1.0.0.tgz, an npm package whose index.js exports
+// VALUE, into dir and returns its path; scripts, when set, is its
+// package.json's "scripts".
+func npmPackage(t *testing.T, dir, pkg, scripts string) string {
+	t.Helper()
+	manifest := `{"name": "` + pkg + `", "version": "1.0.0", "main": "index.js"`
+	if scripts != "" {
+		manifest += `, "scripts": ` + scripts
+	}
+	files := map[string]string{"package/package.json": manifest + "}\n", "package/index.js": "exports.VALUE = 'from " + pkg + "';\n"}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, n := range slices.Sorted(maps.Keys(files)) {
+		tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg})
+		io.WriteString(tw, files[n])
+	}
+	tw.Close()
+	gz.Close()
+	p := filepath.Join(dir, pkg+"-1.0.0.tgz")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestNodeDependencies(t *testing.T) {
+	if _, _, err := nodejs.New().Interpreter(context.Background()); err != nil {
+		t.Skipf("node is needed to install package.json dependencies: %v", err)
+	}
+	e := newEnv(t)
+	node := nodejs.New()
+	if err := cranetest.PushBase(e.reg.host+"/"+node.BaseImage(), node.ImageLayout(), runtimes.NodeServer); err != nil {
+		t.Fatal(err)
+	}
+	pkgs := t.TempDir()
+	plain, scripted := npmPackage(t, pkgs, "plain", ""), npmPackage(t, pkgs, "scripted", `{"install": "node -e 1"}`)
+	b := e.builder(t)
+	buildWith := func(dep string) (build.Result, error) {
+		t.Helper()
+		req := e.upload(t, "node", map[string]string{
+			"handler.js":   "const d = require('dep');\nexports.handle = () => d.VALUE;\n",
+			"package.json": `{"name": "fn", "version": "1.0.0", "dependencies": {"dep": "file:` + dep + `"}}`,
+		})
+		req.Runtime, req.Handler = "nodejs20", "handler.handle"
+		return b.Image(context.Background(), req)
+	}
+	res, err := buildWith(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := pull(t, res.Artifact).Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 3 {
+		t.Fatalf("%d layers; want the base's, the dependencies' and the code's", len(layers))
+	}
+	if got := layerEntries(t, layers[1])["code/node_modules/dep/index.js"]; got.Content != "exports.VALUE = 'from plain';\n" {
+		t.Errorf("dependency layer has node_modules/dep/index.js as %+v", got)
+	}
+
+	_, err = buildWith(scripted)
+	if _, user := build.AsError(err); !user || !strings.Contains(fmt.Sprint(err), "dep must run an install script") ||
+		!strings.Contains(fmt.Sprint(err), "kaniko builder") {
+		t.Errorf("package with an install script: %v; want a build error naming it and the kaniko builder", err)
 	}
 }
