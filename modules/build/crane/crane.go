@@ -40,8 +40,8 @@ import (
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/jobs"
 	"sless.kube5s.ru/sless/modules/build/safezip"
+	"sless.kube5s.ru/sless/modules/build/unzip"
 	"sless.kube5s.ru/sless/modules/runtime"
-	"sless.kube5s.ru/sless/modules/storage"
 )
 
 // layoutVersion changes when what the builder puts into an image changes,
@@ -61,9 +61,7 @@ type Runtimes interface {
 }
 
 // Blobs opens uploaded code by its SHA-256; storage.Blobs implements it.
-type Blobs interface {
-	Open(ctx context.Context, sha256 string) (io.ReadCloser, error)
-}
+type Blobs = unzip.Blobs
 
 // Config configures the crane builder.
 type Config struct {
@@ -232,8 +230,8 @@ func (b *Builder) Image(ctx context.Context, req build.Request) (build.Result, e
 		return build.Result{}, fmt.Errorf("creating a build directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	code := filepath.Join(tmp, "code")
-	if err := b.extract(ctx, req.CodeSHA256, filepath.Join(tmp, "code.zip"), code); err != nil {
+	code, err := unzip.Code(ctx, b.blobs, req.CodeSHA256, tmp, b.cfg.Limits)
+	if err != nil {
 		return build.Result{}, err
 	}
 	if err := build.CheckHandler(p, req.Handler, build.DirCode(code)); err != nil {
@@ -372,39 +370,6 @@ func (b *Builder) base(ctx context.Context, p runtime.Provider) (*baseImage, err
 
 func (b *Builder) opts(ctx context.Context) []remote.Option {
 	return append(slices.Clone(b.remote), remote.WithContext(ctx))
-}
-
-// extract copies the zip blob to a local file (zip needs random access) and
-// unpacks it safely into dir.
-func (b *Builder) extract(ctx context.Context, sha, zipPath, dir string) error {
-	src, err := b.blobs.Open(ctx, sha)
-	if err != nil {
-		if errors.Is(err, storage.ErrNotFound) {
-			return &build.Error{Msg: fmt.Sprintf("the uploaded code %s is missing from the blob store; upload it again", sha), Err: err}
-		}
-		return fmt.Errorf("opening code %s: %w", sha, err)
-	}
-	defer src.Close()
-	f, err := os.Create(zipPath)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	size, err := io.Copy(f, src)
-	if err != nil {
-		return fmt.Errorf("copying code %s: %w", sha, err)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return err
-	}
-	err = safezip.Extract(f, size, dir, b.cfg.Limits)
-	if e, ok := errors.AsType[*safezip.Error](err); ok {
-		return &build.Error{Msg: e.Error(), Err: err}
-	}
-	if err != nil {
-		return fmt.Errorf("extracting code %s: %w", sha, err)
-	}
-	return nil
 }
 
 // codeLayer is the code at dir as the layer of runtime.ImageCodeDir, in

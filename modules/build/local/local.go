@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/jobs"
 	"sless.kube5s.ru/sless/modules/build/safezip"
+	"sless.kube5s.ru/sless/modules/build/unzip"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/storage"
 )
@@ -218,11 +218,8 @@ func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Re
 		return build.Result{}, fmt.Errorf("creating a build directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	code := filepath.Join(tmp, "code")
-	if err := os.Mkdir(code, 0o755); err != nil {
-		return build.Result{}, err
-	}
-	if err := b.extract(ctx, req.CodeSHA256, filepath.Join(tmp, "code.zip"), code); err != nil {
+	code, err := unzip.Code(ctx, b.blobs, req.CodeSHA256, tmp, b.cfg.Limits)
+	if err != nil {
 		return build.Result{}, err
 	}
 	log := &tail.Buffer{Max: build.LogLimit}
@@ -271,35 +268,4 @@ func (b *Builder) installTurn(ctx context.Context) (release func(), err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-}
-
-// extract copies the zip blob to a local file (zip needs random access) and
-// unpacks it safely into dir.
-func (b *Builder) extract(ctx context.Context, sha, zipPath, dir string) error {
-	src, err := b.blobs.Open(ctx, sha)
-	if err != nil {
-		if errors.Is(err, storage.ErrNotFound) {
-			return &build.Error{Msg: fmt.Sprintf("the uploaded code %s is missing from the blob store; upload it again", sha), Err: err}
-		}
-		return fmt.Errorf("opening code %s: %w", sha, err)
-	}
-	defer src.Close()
-	f, err := os.Create(zipPath)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	size, err := io.Copy(f, src)
-	if err != nil {
-		return fmt.Errorf("copying code %s: %w", sha, err)
-	}
-	err = safezip.Extract(f, size, dir, b.cfg.Limits)
-	if e, ok := errors.AsType[*safezip.Error](err); ok {
-		return &build.Error{Msg: e.Error(), Err: err}
-	}
-	if err != nil {
-		// The disk, not the code: the message names the server's paths.
-		return fmt.Errorf("extracting code %s: %w", sha, err)
-	}
-	return nil
 }
