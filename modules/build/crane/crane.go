@@ -70,12 +70,9 @@ type Config struct {
 	// with the same code shares its image.
 	Repository string
 	// BaseImages maps a runtime to its base image. A runtime not in it uses
-	// its provider's BaseImage (e.g. "sless-runtime-python3.11:v0.1.0")
-	// below BaseRegistry.
+	// its provider's BaseImage (e.g. "sless-runtime-python3.11:v0.1.0") in
+	// the registry of Repository.
 	BaseImages map[string]string
-	// BaseRegistry holds the default base images; default: the registry of
-	// Repository.
-	BaseRegistry string
 	// Insecure allows plain HTTP to registries other than loopback ones
 	// (which always may use it).
 	Insecure bool
@@ -99,8 +96,6 @@ type Config struct {
 	Limits safezip.Limits
 	// Timeout bounds one build. Default 10m.
 	Timeout time.Duration
-	// Transport carries the registry requests; nil is http.DefaultTransport.
-	Transport http.RoundTripper
 }
 
 // Builder implements build.Builder with images in Config.Repository. Builds
@@ -152,9 +147,6 @@ func New(c Config, blobs Blobs, runtimes Runtimes, log *slog.Logger) (*Builder, 
 	if err != nil || c.Repository == "" {
 		return nil, fmt.Errorf("image repository %q: want registry/path, e.g. registry.example.com/sless/functions", c.Repository)
 	}
-	if c.BaseRegistry == "" {
-		c.BaseRegistry = repo.RegistryStr()
-	}
 	if c.CacheDir == "" {
 		return nil, errors.New("the image builder needs a cache directory")
 	}
@@ -179,12 +171,8 @@ func New(c Config, blobs Blobs, runtimes Runtimes, log *slog.Logger) (*Builder, 
 	default:
 		auth = remote.WithAuth(authn.Anonymous)
 	}
-	transport := c.Transport
-	if transport == nil {
-		transport = http.DefaultTransport
-	}
 	b := &Builder{cfg: c, blobs: blobs, runtimes: runtimes, log: log, repo: repo, nameOpts: nameOpts,
-		remote: []remote.Option{auth, remote.WithTransport(transport), remote.WithPlatform(*platform),
+		remote: []remote.Option{auth, remote.WithPlatform(*platform),
 			remote.WithUserAgent("sless")},
 		bases: map[string]*baseImage{}}
 	b.Jobs = jobs.New(b.Image, log)
@@ -324,7 +312,7 @@ func (b *Builder) tag(req build.Request, base *baseImage) string {
 func (b *Builder) base(ctx context.Context, p runtime.Provider) (*baseImage, error) {
 	ref := b.cfg.BaseImages[p.Name()]
 	if ref == "" {
-		ref = b.cfg.BaseRegistry + "/" + p.BaseImage()
+		ref = b.repo.RegistryStr() + "/" + p.BaseImage()
 	}
 	defer b.locks.Lock("base " + ref)()
 	b.mu.Lock()
