@@ -88,6 +88,7 @@ type Config struct {
 	// base, and the platform dependencies are installed for.
 	Platform string
 	// CacheDir keeps the dependency layers and builds in progress; required.
+	// A dependency layer unused for 30 days is removed at the next New.
 	CacheDir string
 	// InstallEnv ("K=V") is added to the environment of the dependency
 	// tools: PIP_INDEX_URL, npm_config_registry, proxies.
@@ -158,6 +159,9 @@ func New(c Config, blobs Blobs, runtimes Runtimes, log *slog.Logger) (*Builder, 
 		if err := os.RemoveAll(s); err != nil {
 			return nil, fmt.Errorf("removing an interrupted build: %w", err)
 		}
+	}
+	if err := pruneDeps(filepath.Join(c.CacheDir, "deps"), time.Now().Add(-depsCacheTTL)); err != nil {
+		return nil, err
 	}
 	var auth remote.Option
 	switch {

@@ -722,3 +722,27 @@ func TestNodeDependencies(t *testing.T) {
 		t.Errorf("package with an install script: %v; want a build error naming it and the kaniko builder", err)
 	}
 }
+
+func TestUnusedDependencyLayersArePrunedAtStart(t *testing.T) {
+	e := newEnv(t)
+	withWheels(t, e, "tinypkg")
+	for _, req := range []string{"tinypkg==1.0\n", "tinypkg\n"} {
+		if _, err := e.builder(t).Image(context.Background(), e.upload(t, "f", map[string]string{"handler.py": fmt.Sprintf(depsPy, 1), "requirements.txt": req})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metas, _ := filepath.Glob(filepath.Join(e.cfg.CacheDir, "deps", "*.json"))
+	if len(metas) != 2 {
+		t.Fatalf("cached layers %v; want two", metas)
+	}
+	old := time.Now().Add(-31 * 24 * time.Hour)
+	if err := os.Chtimes(metas[0], old, old); err != nil {
+		t.Fatal(err)
+	}
+	e.builder(t)
+	left, _ := filepath.Glob(filepath.Join(e.cfg.CacheDir, "deps", "*"))
+	want := []string{strings.TrimSuffix(metas[1], ".json") + ".json", strings.TrimSuffix(metas[1], ".json") + ".tar.gz"}
+	if diff := cmp.Diff(want, left); diff != "" {
+		t.Errorf("cache after a start (-want +got):\n%s", diff)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -60,6 +61,11 @@ func (b *Builder) depsLayer(ctx context.Context, ir runtime.ImageRuntime, l runt
 	if raw, err := os.ReadFile(meta); err == nil {
 		var info layerInfo
 		if err := json.Unmarshal(raw, &info); err == nil {
+			// The modification time tells pruneDeps when it was last used.
+			now := time.Now()
+			if err := os.Chtimes(meta, now, now); err != nil {
+				return nil, fmt.Errorf("marking a dependency layer used: %w", err)
+			}
 			fmt.Fprintf(log, "dependencies from %s: cached layer %s\n", l.DependencyFiles[0], info.Digest)
 			return &layer{info: info, mediaType: mediaType, open: open}, nil
 		}
@@ -106,6 +112,31 @@ func (b *Builder) depsLayer(ctx context.Context, ir runtime.ImageRuntime, l runt
 		return nil, fmt.Errorf("caching the dependency layer: %w", err)
 	}
 	return &layer{info: info, mediaType: mediaType, open: open}, nil
+}
+
+// depsCacheTTL is how long a dependency layer that no build used stays in
+// the cache.
+const depsCacheTTL = 30 * 24 * time.Hour
+
+// pruneDeps removes the dependency layers of dir that no build used since
+// before: rebuilding one costs an install, nothing is lost. It runs when no
+// build does.
+func pruneDeps(dir string, before time.Time) error {
+	metas, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return err
+	}
+	for _, meta := range metas {
+		st, err := os.Stat(meta)
+		if err != nil || !st.ModTime().Before(before) {
+			continue
+		}
+		data := strings.TrimSuffix(meta, ".json") + ".tar.gz"
+		if err := errors.Join(os.Remove(meta), os.Remove(data)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing an unused dependency layer: %w", err)
+		}
+	}
+	return nil
 }
 
 // installError is the *build.Error of a failed dependency install.
