@@ -104,8 +104,9 @@ func (p *Provider) npmInstall(ctx context.Context, dir string, args ...string) (
 }
 
 // ImageLayout implements runtime.ImageRuntime.
-func (*Provider) ImageLayout() runtime.ImageLayout {
-	return runtime.ImageLayout{Interpreter: "node", Wrapper: "server.js", DepsDir: "node_modules",
+func (p *Provider) ImageLayout() runtime.ImageLayout {
+	wrapper, _ := p.Wrapper()
+	return runtime.ImageLayout{Interpreter: "node", Wrapper: wrapper, DepsDir: "node_modules",
 		DependencyFiles: []string{"package.json", "package-lock.json", "npm-shrinkwrap.json"},
 		Env:             []string{"NODE_ENV=production"}}
 }

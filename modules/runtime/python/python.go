@@ -92,7 +92,8 @@ func (p *Provider) InstallDependencies(ctx context.Context, dir string, out io.W
 
 // ImageLayout implements runtime.ImageRuntime.
 func (p *Provider) ImageLayout() runtime.ImageLayout {
-	return runtime.ImageLayout{Interpreter: p.name, Wrapper: "server.py", DepsDir: DepsDir,
+	wrapper, _ := p.Wrapper()
+	return runtime.ImageLayout{Interpreter: p.name, Wrapper: wrapper, DepsDir: DepsDir,
 		DependencyFiles: []string{"requirements.txt"},
 		Env:             []string{"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"}}
 }
