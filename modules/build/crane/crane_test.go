@@ -2,7 +2,6 @@ package crane_test
 
 import (
 	"archive/tar"
-	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -34,6 +33,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/buildtest"
 	"sless.kube5s.ru/sless/modules/build/crane"
 	"sless.kube5s.ru/sless/modules/build/crane/cranetest"
 	"sless.kube5s.ru/sless/modules/build/safezip"
@@ -427,20 +427,16 @@ func TestBuildFailures(t *testing.T) {
 		name  string
 		setup func(t *testing.T, e *env)
 		files map[string]string
-		zip   []byte
 		req   func(*build.Request)
 		// user: the code is at fault (a *build.Error); want: in the message.
 		user bool
 		want string
 	}{
-		{name: "zip slip", zip: zipSlip(t), user: true, want: "escapes the archive root"},
 		{name: "zip bomb", files: map[string]string{"handler.py": helloPy, "big": strings.Repeat("x", 64<<10)},
 			setup: func(t *testing.T, e *env) { e.cfg.Limits = safezip.Limits{MaxExtractedBytes: 32 << 10} },
 			user:  true, want: "archive expands to more than 32 KiB"},
 		{name: "whiteout", files: map[string]string{"handler.py": helloPy, ".wh.secret": ""},
 			user: true, want: `".wh.secret": names starting with .wh. cannot be in an image`},
-		{name: "missing handler", files: map[string]string{"main.py": helloPy},
-			user: true, want: `handler "handler.handle" needs handler.py or handler/__init__.py`},
 		{name: "unknown runtime", files: map[string]string{"handler.py": helloPy},
 			req: func(r *build.Request) { r.Runtime = "cobol" }, user: true, want: "cobol"},
 		{name: "unknown base image", files: map[string]string{"handler.js": "exports.handle = () => 1\n"},
@@ -472,11 +468,7 @@ func TestBuildFailures(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, e)
 			}
-			data := tc.zip
-			if data == nil {
-				data = zipOf(t, tc.files)
-			}
-			blob, err := e.blobs.Put(context.Background(), bytes.NewReader(data))
+			blob, err := e.blobs.Put(context.Background(), bytes.NewReader(zipOf(t, tc.files)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -499,16 +491,6 @@ func TestBuildFailures(t *testing.T) {
 			}
 		})
 	}
-}
-
-func zipSlip(t *testing.T) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	w, _ := zw.Create("../../etc/evil.py")
-	io.WriteString(w, "x")
-	zw.Close()
-	return buf.Bytes()
 }
 
 // requireBasic answers 401 to requests without the basic credentials.
@@ -535,30 +517,6 @@ func TestCredentialsFromADockerConfig(t *testing.T) {
 	}
 	if _, err := e.builder(t).Image(context.Background(), e.upload(t, "f", map[string]string{"handler.py": helloPy})); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestBuildRunsInTheBackground(t *testing.T) {
-	e := newEnv(t)
-	b := e.builder(t)
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Stop(context.Background()) })
-	req := e.upload(t, "f", map[string]string{"handler.py": helloPy})
-	done := make(chan struct{})
-	p, err := b.Build(context.Background(), req, func() { close(done) })
-	if err != nil || p.Done {
-		t.Fatalf("Build = %+v, %v; want a build in progress", p, err)
-	}
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("the build never notified")
-	}
-	p, err = b.Build(context.Background(), req, nil)
-	if err != nil || !p.Done || p.Err != nil || !strings.Contains(p.Result.Artifact, "@sha256:") {
-		t.Fatalf("Build after the notification = %+v, %v; want the image", p, err)
 	}
 }
 
@@ -745,4 +703,16 @@ func TestUnusedDependencyLayersArePrunedAtStart(t *testing.T) {
 	if diff := cmp.Diff(want, left); diff != "" {
 		t.Errorf("cache after a start (-want +got):\n%s", diff)
 	}
+}
+
+func TestConformance(t *testing.T) {
+	buildtest.Run(t, func(t *testing.T) buildtest.Env {
+		e := newEnv(t)
+		b := e.builder(t)
+		if err := b.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Stop(context.Background()) })
+		return buildtest.Env{Builder: b, Blobs: e.blobs}
+	})
 }

@@ -18,6 +18,7 @@ import (
 
 	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/buildtest"
 	"sless.kube5s.ru/sless/modules/build/local"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/runtime"
@@ -427,4 +428,11 @@ func TestRemoveUnused(t *testing.T) {
 	if err != nil || again.Reused || again.Artifact != drop.Artifact {
 		t.Errorf("rebuild after removal: %+v, %v; want a fresh build of %s", again, err, drop.Artifact)
 	}
+}
+
+func TestConformance(t *testing.T) {
+	buildtest.Run(t, func(t *testing.T) buildtest.Env {
+		e := newEnv(t)
+		return buildtest.Env{Builder: e.builder, Blobs: e.blobs}
+	})
 }
