@@ -844,3 +844,81 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	slices.Sort(ds)
 	return ds[(len(ds)-1)*p/100]
 }
+
+// Maintenance that creates the partition of a day whose rows sit in the
+// default partition moves them into it, and it may drop expired partitions
+// in the same transaction. A read that arrives meanwhile waits for it, and
+// must then find the moved rows, and not deadlock with it. The test holds a
+// lock on the default partition, so that maintenance stops at attaching the
+// partition, after moving the rows, until the read waits too.
+func TestPostgresReadsWhilePartitionsChange(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		expire bool
+	}{{"creating a partition", false}, {"creating and dropping partitions", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openDB(t, testenv.Postgres(t), testLog(t))
+			now := time.Now()
+			opts := ledger.Options{}
+			if tc.expire {
+				opts.Retention = 7 * 24 * time.Hour
+			}
+			// Not started: the test runs the maintenance.
+			l := open(t, db, opts)
+			if tc.expire {
+				if err := l.MaintainAt(t.Context(), now.AddDate(0, 0, -10)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Today has no partition yet: the record goes to the default one.
+			r := simple("ns", "fn")
+			r.StartedAt = now
+			l.Record(r)
+			stop(t, l)
+
+			blocker := db.Begin()
+			defer blocker.Rollback()
+			if err := blocker.Exec("LOCK TABLE invocations_default IN ACCESS SHARE MODE").Error; err != nil {
+				t.Fatal(err)
+			}
+			maintained := make(chan error, 1)
+			go func() { maintained <- l.MaintainAt(context.Background(), now) }()
+			testenv.Eventually(t, time.Minute, "maintenance to wait for the default partition", func() bool { return lockWaiters(t, db) == 1 })
+			type listing struct {
+				ids []string
+				err error
+			}
+			listed := make(chan listing, 1)
+			go func() {
+				page, _, err := l.List(context.Background(), "ns", invoke.Query{})
+				listed <- listing{ids(page), err}
+			}()
+			testenv.Eventually(t, time.Minute, "the listing to wait for maintenance", func() bool { return lockWaiters(t, db) == 2 })
+			if err := blocker.Commit().Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-maintained; err != nil {
+				t.Errorf("maintenance: %v", err)
+			}
+			if got := <-listed; got.err != nil || !slices.Equal(got.ids, []string{r.ID}) {
+				t.Errorf("the listing during maintenance: %v, %v; want [%s]", got.ids, got.err, r.ID)
+			}
+			if !tableExists(t, db, partition(now)) {
+				t.Errorf("no partition %s after maintenance", partition(now))
+			}
+		})
+	}
+}
+
+// lockWaiters is how many lock requests on the invocations table or its
+// default partition wait.
+func lockWaiters(t *testing.T, db *gorm.DB) int64 {
+	t.Helper()
+	var n int64
+	err := db.Raw(`SELECT count(*) FROM pg_locks WHERE NOT granted
+		AND relation IN ('invocations'::regclass, 'invocations_default'::regclass)`).Scan(&n).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -93,6 +93,15 @@ func (l *Ledger) deleteOlder(ctx context.Context, tbl string, cutoff time.Time) 
 // daysAhead days later and drops the partitions that end before cutoff, in
 // one transaction under an advisory lock, so that servers sharing the
 // database do not race.
+//
+// A change locks the table first, so that the statements on it wait before
+// they start instead of inside the change. A statement that took its lock
+// on the table before the change commits plans with the partitions as they
+// were: it would miss the rows createPartition moves out of the default
+// partition, and it would wait for the default partition, which attaching
+// holds, while holding the table, which dropping needs (a deadlock).
+// Locking the table alone (ONLY) is enough: reads and inserts reach the
+// partitions through it.
 func (l *Ledger) preparePartitions(ctx context.Context, now, cutoff time.Time) error {
 	return l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		// Partition DDL locks the whole table; rather than wait behind a long
@@ -108,33 +117,37 @@ func (l *Ledger) preparePartitions(ctx context.Context, now, cutoff time.Time) e
 		if err != nil {
 			return err
 		}
+		var missing, expired []time.Time
 		today := now.UTC().Truncate(24 * time.Hour)
 		for i := range daysAhead + 1 {
 			if day := today.AddDate(0, 0, i); !days[day] {
-				if err := createPartition(tx, day); err != nil {
-					return err
-				}
+				missing = append(missing, day)
 			}
 		}
-		return dropPartitions(tx, days, cutoff)
-	})
-}
-
-// dropPartitions drops the partitions of days that end before cutoff; a
-// zero cutoff drops none.
-func dropPartitions(tx *gorm.DB, days map[time.Time]bool, cutoff time.Time) error {
-	if cutoff.IsZero() {
+		for day := range days {
+			// A zero cutoff expires nothing.
+			if !cutoff.IsZero() && !day.AddDate(0, 0, 1).After(cutoff) {
+				expired = append(expired, day)
+			}
+		}
+		if len(missing)+len(expired) == 0 {
+			return nil
+		}
+		if err := tx.Exec("LOCK TABLE ONLY " + table + " IN ACCESS EXCLUSIVE MODE").Error; err != nil {
+			return fmt.Errorf("locking the invocations table to change its partitions: %w", err)
+		}
+		for _, day := range missing {
+			if err := createPartition(tx, day); err != nil {
+				return err
+			}
+		}
+		for _, day := range expired {
+			if err := tx.Exec("DROP TABLE " + partitionName(day)).Error; err != nil {
+				return fmt.Errorf("dropping the expired invocation partition %s: %w", partitionName(day), err)
+			}
+		}
 		return nil
-	}
-	for day := range days {
-		if day.AddDate(0, 0, 1).After(cutoff) {
-			continue
-		}
-		if err := tx.Exec("DROP TABLE " + partitionName(day)).Error; err != nil {
-			return fmt.Errorf("dropping the expired invocation partition %s: %w", partitionName(day), err)
-		}
-	}
-	return nil
+	})
 }
 
 // partitionDays returns the days whose partitions exist.
@@ -162,7 +175,8 @@ func partitionDays(tx *gorm.DB) (map[time.Time]bool, error) {
 
 // createPartition creates the partition of day. The rows of that day that
 // already sit in the default partition are moved into it first: PostgreSQL
-// refuses a partition whose rows the default partition holds.
+// refuses a partition whose rows the default partition holds. The caller
+// holds the table's lock (see preparePartitions).
 func createPartition(tx *gorm.DB, day time.Time) error {
 	name := partitionName(day)
 	from, to := day, day.AddDate(0, 0, 1)
