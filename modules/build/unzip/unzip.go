@@ -1,5 +1,5 @@
 // Package unzip extracts a function's uploaded code for a builder: the blob
-// copied to a local file (a zip needs random access) and unpacked with
+// read as a local file (a zip needs random access) and unpacked with
 // safezip, its refusals turned into build errors for the user.
 package unzip
 
@@ -22,7 +22,8 @@ type Blobs interface {
 }
 
 // Code extracts the code blob sha into work/code and returns that
-// directory; the zip is kept as work/code.zip. A missing blob or an archive
+// directory. A blob that is a local file (blobfs) is read in place; any
+// other is first copied to work/code.zip. A missing blob or an archive
 // that safezip refuses is a *build.Error; a failure of the disk or the blob
 // store is not (its message names the server's paths).
 func Code(ctx context.Context, blobs Blobs, sha, work string, lim safezip.Limits) (string, error) {
@@ -38,16 +39,12 @@ func Code(ctx context.Context, blobs Blobs, sha, work string, lim safezip.Limits
 		return "", fmt.Errorf("opening code %s: %w", sha, err)
 	}
 	defer src.Close()
-	f, err := os.Create(filepath.Join(work, "code.zip"))
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	size, err := io.Copy(f, src)
+	zr, size, closeCopy, err := randomAccess(src, filepath.Join(work, "code.zip"))
 	if err != nil {
 		return "", fmt.Errorf("copying code %s: %w", sha, err)
 	}
-	err = safezip.Extract(f, size, dir, lim)
+	defer closeCopy()
+	err = safezip.Extract(zr, size, dir, lim)
 	if e, ok := errors.AsType[*safezip.Error](err); ok {
 		return "", &build.Error{Msg: e.Error(), Err: err}
 	}
@@ -55,4 +52,25 @@ func Code(ctx context.Context, blobs Blobs, sha, work string, lim safezip.Limits
 		return "", fmt.Errorf("extracting code %s: %w", sha, err)
 	}
 	return dir, nil
+}
+
+// randomAccess returns src as a ReaderAt with its size: src itself when it
+// is a local file, else a copy written to the file copy, which closeCopy
+// closes (the caller removes it). Reading a blobfs blob in place spares every
+// build a file written and deleted.
+func randomAccess(src io.Reader, copy string) (r io.ReaderAt, size int64, closeCopy func(), err error) {
+	if f, ok := src.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			return f, st.Size(), func() {}, nil
+		}
+	}
+	f, err := os.Create(copy)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if size, err = io.Copy(f, src); err != nil {
+		f.Close()
+		return nil, 0, nil, err
+	}
+	return f, size, func() { f.Close() }, nil
 }

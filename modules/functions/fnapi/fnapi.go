@@ -3,6 +3,7 @@
 package fnapi
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -36,8 +37,8 @@ type API struct {
 	log        *slog.Logger
 }
 
-// New returns the API. Uploads are checked against limits and spooled to
-// files in tempDir; deleting a function deletes its dependents.
+// New returns the API. Uploads are checked against limits and spooled in
+// memory, or to files in tempDir when large; deleting a function deletes its dependents.
 func New(store functions.Store, runtimes functions.Runtimes, notifier functions.ChangeNotifier, dependents functions.Dependents,
 	blobs storage.Blobs, limits safezip.Limits, tempDir string, log *slog.Logger) *API {
 	return &API{store: store, runtimes: runtimes, notifier: notifier, dependents: dependents,
@@ -189,13 +190,12 @@ func (a *API) upload(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	f, size, sum, err := a.spool(body)
+	up, err := a.spool(body)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	code, err := safezip.Inspect(f, size, a.limits)
+	defer up.close()
+	code, err := safezip.Inspect(up.at, up.size, a.limits)
 	if e, ok := errors.AsType[*safezip.Error](err); ok {
 		return httpx.Errorf(http.StatusBadRequest, "%v", e)
 	}
@@ -209,15 +209,12 @@ func (a *API) upload(c *gin.Context) error {
 			return httpx.Errorf(http.StatusBadRequest, "%v", err)
 		}
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	blob, err := a.blobs.Put(c, f)
+	blob, err := a.blobs.Put(c, io.NewSectionReader(up.at, 0, up.size))
 	if err != nil {
 		return fmt.Errorf("storing the upload of %s: %w", k, err)
 	}
-	if blob.SHA256 != sum {
-		return fmt.Errorf("blob store returned key %s for content with SHA-256 %s", blob.SHA256, sum)
+	if blob.SHA256 != up.sha256 {
+		return fmt.Errorf("blob store returned key %s for content with SHA-256 %s", blob.SHA256, up.sha256)
 	}
 	updated, err := a.store.SetCode(c, k, blob.SHA256)
 	if err != nil {
@@ -263,35 +260,76 @@ func zipBody(c *gin.Context) (io.Reader, error) {
 	return nil, httpx.Errorf(http.StatusUnsupportedMediaType, "upload a zip as application/zip or as the multipart form field \"file\", not %s", mt)
 }
 
-// spool copies at most the compressed-size limit of r into a temporary file
-// and returns it with its size and SHA-256.
-func (a *API) spool(r io.Reader) (*os.File, int64, string, error) {
-	f, err := os.CreateTemp(a.tempDir, "upload-*.zip")
-	if err != nil {
-		return nil, 0, "", fmt.Errorf("creating a spool file: %w", err)
+// memSpoolBytes is the largest upload spooled in memory rather than to a
+// file: most functions' code is a few kilobytes, and a file created and
+// removed per upload is most of what spooling costs.
+const memSpoolBytes = 1 << 20
+
+// spooled is an upload held while it is checked: in memory when it is at
+// most memSpoolBytes, else in a temporary file.
+type spooled struct {
+	at     io.ReaderAt
+	size   int64
+	sha256 string
+	file   *os.File // nil in memory
+}
+
+// close removes the spool file, if any.
+func (s *spooled) close() {
+	if s.file != nil {
+		s.file.Close()
+		os.Remove(s.file.Name())
 	}
-	fail := func(err error) (*os.File, int64, string, error) {
-		f.Close()
-		os.Remove(f.Name())
-		return nil, 0, "", err
-	}
+}
+
+// spool reads at most the compressed-size limit of r, in memory or into a
+// temporary file, and returns it with its size and SHA-256.
+func (a *API) spool(r io.Reader) (*spooled, error) {
 	limit := a.limits.MaxCompressedBytes
 	h := sha256.New()
+	r = io.TeeReader(io.LimitReader(r, limit+1), h)
+	var head bytes.Buffer
+	n, err := io.CopyN(&head, r, memSpoolBytes+1)
+	switch {
+	case err == io.EOF:
+		if n == 0 {
+			return nil, httpx.Errorf(http.StatusBadRequest, "the upload is empty; send a zip of your code")
+		}
+		if n > limit {
+			return nil, a.tooLarge()
+		}
+		return &spooled{at: bytes.NewReader(head.Bytes()), size: n, sha256: hex.EncodeToString(h.Sum(nil))}, nil
+	case err != nil:
+		return nil, httpx.Errorf(http.StatusBadRequest, "reading the upload: %v", err)
+	}
+	f, err := os.CreateTemp(a.tempDir, "upload-*.zip")
+	if err != nil {
+		return nil, fmt.Errorf("creating a spool file: %w", err)
+	}
+	up := &spooled{at: f, file: f}
 	w := &spoolWriter{f: f}
-	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(r, limit+1))
+	size, err := io.Copy(w, io.MultiReader(&head, r))
 	switch {
 	case w.err != nil:
 		// The server's disk, not the upload: a 500 whose cause (with the
 		// spool file's path) goes to the log only.
-		return fail(fmt.Errorf("spooling an upload: %w", w.err))
-	case err == nil && n > limit:
-		return fail(httpx.Errorf(http.StatusRequestEntityTooLarge, "the upload exceeds the limit of %s for a zip", humanize.IBytes(uint64(limit))))
+		err = fmt.Errorf("spooling an upload: %w", w.err)
+	case err == nil && size > limit:
+		err = a.tooLarge()
 	case err != nil:
-		return fail(httpx.Errorf(http.StatusBadRequest, "reading the upload: %v", err))
-	case n == 0:
-		return fail(httpx.Errorf(http.StatusBadRequest, "the upload is empty; send a zip of your code"))
+		err = httpx.Errorf(http.StatusBadRequest, "reading the upload: %v", err)
 	}
-	return f, n, hex.EncodeToString(h.Sum(nil)), nil
+	if err != nil {
+		up.close()
+		return nil, err
+	}
+	up.size, up.sha256 = size, hex.EncodeToString(h.Sum(nil))
+	return up, nil
+}
+
+func (a *API) tooLarge() error {
+	return httpx.Errorf(http.StatusRequestEntityTooLarge, "the upload exceeds the limit of %s for a zip",
+		humanize.IBytes(uint64(a.limits.MaxCompressedBytes)))
 }
 
 // spoolWriter writes to the spool file and remembers its failure, so that
