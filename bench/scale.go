@@ -49,6 +49,10 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	ctx := context.Background()
 
 	logf("scale: deploying %d functions with distinct code, %d at once", n, scaleDeployers)
+	cpuBefore, err := cpuTicks(srv.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	var deployed atomic.Int64
 	err = forEach(n, scaleDeployers, func(i int) error {
@@ -67,6 +71,10 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 		return err
 	}
 	deployTime := time.Since(start)
+	cpuAfter, err := cpuTicks(srv.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
 	rssDeployed, err := rssOf(srv.cmd.Process.Pid)
 	if err != nil {
 		return err
@@ -120,6 +128,8 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	fmt.Fprintln(report, "| what | value |")
 	fmt.Fprintln(report, "|---|---|")
 	fmt.Fprintf(report, "| deploy of all (create, upload, http trigger, until every one is Ready) | %.1f s |\n", deployTime.Seconds())
+	fmt.Fprintf(report, "| server CPU per function deployed (user + system, the list polling included) | %.1f ms |\n",
+		float64(cpuAfter-cpuBefore)/ticksPerSecond*1000/float64(n))
 	fmt.Fprintf(report, "| server RSS with all deployed, none warm | %.0f MB |\n", rssDeployed/1e6)
 	fmt.Fprintf(report, "| server RSS with %d warm, after the load | %.0f MB |\n", warm, rssWarm/1e6)
 	for _, p := range procs {
@@ -381,9 +391,11 @@ func cpuOver(pid int, d time.Duration) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	const ticksPerSecond = 100 // USER_HZ on Linux
 	return float64(after-before) / ticksPerSecond / d.Seconds(), nil
 }
+
+// ticksPerSecond is USER_HZ on Linux, the unit of /proc/PID/stat's times.
+const ticksPerSecond = 100
 
 // cpuTicks returns the user and system time of pid in clock ticks.
 func cpuTicks(pid int) (int64, error) {
