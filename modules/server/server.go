@@ -22,6 +22,7 @@ import (
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/auth"
+	"sless.kube5s.ru/sless/modules/server/front"
 	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
@@ -73,6 +74,7 @@ type Server struct {
 	cfg    Config
 	engine *gin.Engine
 	http   *http.Server
+	front  *front.Front
 	log    *slog.Logger
 	addr   net.Addr
 }
@@ -84,7 +86,8 @@ func New(p Params) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{cfg: p.Config, engine: gin.New(), log: p.Log}
 	s.engine.ContextWithFallback = true
-	s.engine.Use(recovery(p.Log), newMetrics(p.Registry).middleware)
+	m := newMetrics(p.Registry)
+	s.engine.Use(recovery(p.Log), m.middleware)
 	s.engine.NoRoute(func(c *gin.Context) {
 		c.JSON(http.StatusNotFound, httpx.ErrorBody{Error: fmt.Sprintf("no route for %s %s", c.Request.Method, c.Request.URL.Path)})
 	})
@@ -101,8 +104,12 @@ func New(p Params) *Server {
 		p := principal(c)
 		c.JSON(http.StatusOK, Whoami{Namespace: p.Namespace, Admin: p.AllNamespaces, Function: p.Function})
 	})
+	var fast []httpx.FastRoute
 	for _, r := range p.Routes {
 		r.Register(v1, s.engine)
+		if f, ok := r.(httpx.FastRoute); ok {
+			fast = append(fast, f)
+		}
 	}
 	s.http = &http.Server{
 		Handler:           s.engine,
@@ -111,6 +118,7 @@ func New(p Params) *Server {
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(p.Log.Handler(), slog.LevelDebug),
 	}
+	s.front = front.New(front.Config{Routes: fast, Fallback: s.http, Observe: m.observe, Log: p.Log})
 	p.LC.Append(fx.Hook{OnStart: s.start, OnStop: s.stop})
 	return s
 }
@@ -128,7 +136,7 @@ func (s *Server) start(context.Context) error {
 	}
 	s.addr = ln.Addr()
 	go func() {
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.front.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "error", err)
 		}
 	}()
@@ -146,7 +154,7 @@ func (s *Server) stop(ctx context.Context) error {
 	if s.cfg.DataDir != "" {
 		discovery.Remove(s.cfg.DataDir)
 	}
-	if err := s.http.Shutdown(ctx); err != nil {
+	if err := s.front.Shutdown(ctx); err != nil {
 		return fmt.Errorf("draining http requests: %w", err)
 	}
 	return nil
@@ -244,5 +252,9 @@ func (m *metrics) middleware(c *gin.Context) {
 	if route == "" {
 		route = "unmatched"
 	}
-	m.duration.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).Observe(time.Since(start).Seconds())
+	m.observe(route, c.Request.Method, c.Writer.Status(), time.Since(start))
+}
+
+func (m *metrics) observe(route, method string, code int, d time.Duration) {
+	m.duration.WithLabelValues(route, method, strconv.Itoa(code)).Observe(d.Seconds())
 }

@@ -113,3 +113,67 @@ func TestAuthAndNamespaces(t *testing.T) {
 		})
 	}
 }
+
+// fastRoutes serves /fast/... on the server's front and, as its gin route
+// must, the same answer on gin.
+type fastRoutes struct{}
+
+func (fastRoutes) Register(_ *gin.RouterGroup, root *gin.Engine) {
+	root.GET("/fast/:x", func(c *gin.Context) { c.String(200, "gin") })
+}
+
+func (fastRoutes) FastRoute(path string) string {
+	if strings.HasPrefix(path, "/fast/") {
+		return "/fast/:x"
+	}
+	return ""
+}
+
+func (fastRoutes) ServeFast(w http.ResponseWriter, _ *http.Request) bool {
+	io.WriteString(w, "front")
+	return false
+}
+
+// TestFrontOnTheListener: the server's one listener serves a fast route on
+// the front and the API on gin, on the same connection, and the metrics
+// count both.
+func TestFrontOnTheListener(t *testing.T) {
+	lc := fxtest.NewLifecycle(t)
+	s := server.New(server.Params{
+		Config:   server.Config{Listen: "127.0.0.1:0"},
+		Auth:     tenantAuth{auth.NewStaticToken("admin-token-0123456789")},
+		Routes:   []httpx.Routes{testRoutes{}, fastRoutes{}},
+		Registry: prometheus.NewRegistry(),
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		LC:       lc,
+	})
+	lc.RequireStart()
+	defer lc.RequireStop()
+	base := "http://" + s.Addr().String()
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+	for _, tc := range []struct{ path, want string }{
+		{"/fast/a", "front"},
+		{"/healthz", `{"status":"ok"}`},
+		{"/fast/a", "gin"}, // the connection is net/http's now
+	} {
+		resp, err := client.Get(base + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != tc.want {
+			t.Errorf("GET %s: got %q, want %q", tc.path, body, tc.want)
+		}
+	}
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `sless_http_request_duration_seconds_count{code="200",method="GET",route="/fast/:x"} 2`
+	if !strings.Contains(string(body), want) {
+		t.Errorf("metrics lack %s", want)
+	}
+}

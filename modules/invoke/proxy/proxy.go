@@ -70,9 +70,56 @@ func New(cfg Config, instances runtime.Instances, store functions.Store, ledger 
 
 // Register implements httpx.Routes.
 func (p *Proxy) Register(v1 *gin.RouterGroup, root *gin.Engine) {
-	root.Any("/fn/:ns/:name", p.serveFn)
-	root.Any("/fn/:ns/:name/*path", p.serveFn)
+	root.Any(fnRoute, p.serveFnGin)
+	root.Any(fnPathRoute, p.serveFnGin)
 	v1.POST("/namespaces/:ns/functions/:name/invoke", p.serveCLI)
+}
+
+// The gin routes of /fn.
+const (
+	fnRoute     = "/fn/:ns/:name"
+	fnPathRoute = "/fn/:ns/:name/*path"
+)
+
+var _ httpx.FastRoute = (*Proxy)(nil)
+
+// FastRoute implements httpx.FastRoute: the server's front serves /fn
+// itself when the namespace and name are as gin would take them from the
+// path, without escapes.
+func (p *Proxy) FastRoute(path string) string {
+	_, _, below, ok := splitFnPath(path)
+	switch {
+	case !ok:
+		return ""
+	case below:
+		return fnPathRoute
+	}
+	return fnRoute
+}
+
+// ServeFast implements httpx.FastRoute.
+func (p *Proxy) ServeFast(w http.ResponseWriter, r *http.Request) (abort bool) {
+	ns, name, _, _ := splitFnPath(r.URL.Path)
+	return p.serveFn(w, r, ns, name)
+}
+
+// splitFnPath splits /fn/{ns}/{name}[/{path}]; ok is false for another
+// path, an empty or escaped namespace or name. below reports a path under
+// the function.
+func splitFnPath(path string) (ns, name string, below, ok bool) {
+	rest, ok := strings.CutPrefix(path, "/fn/")
+	if !ok {
+		return "", "", false, false
+	}
+	ns, rest, ok = strings.Cut(rest, "/")
+	if !ok {
+		return "", "", false, false
+	}
+	name, _, below = strings.Cut(rest, "/")
+	if ns == "" || name == "" || strings.ContainsRune(ns, '%') || strings.ContainsRune(name, '%') {
+		return "", "", false, false
+	}
+	return ns, name, below, true
 }
 
 // The X-Sless-Trigger headers of /fn and of CLI invocations.
@@ -81,33 +128,43 @@ var (
 	cliTrigger  = []byte(`{"kind":"cli"}`)
 )
 
-func (p *Proxy) serveFn(c *gin.Context) {
-	if c.Request.Method == http.MethodConnect {
+func (p *Proxy) serveFnGin(c *gin.Context) {
+	if p.serveFn(c.Writer, c.Request, c.Param("ns"), c.Param("name")) {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// serveFn answers /fn for function ns/name; abort reports a response that
+// failed after its head went out, which must end by closing the connection
+// (net/http then sends no terminating chunk), so that the client sees an
+// error instead of a short body that looks complete.
+func (p *Proxy) serveFn(w http.ResponseWriter, r *http.Request, ns, name string) (abort bool) {
+	if r.Method == http.MethodConnect {
 		// A tunnel is not a function call, and the wrappers' HTTP servers do
 		// not answer it as one.
-		writeError(c.Writer, http.StatusMethodNotAllowed, "method CONNECT is not supported on /fn")
-		return
+		writeError(w, http.StatusMethodNotAllowed, "method CONNECT is not supported on /fn")
+		return false
 	}
-	ns, name := c.Param("ns"), c.Param("name")
 	// The path below the function, as the client escaped it.
-	path := strings.TrimPrefix(c.Request.URL.EscapedPath(), "/fn/"+ns+"/"+name)
+	path := strings.TrimPrefix(r.URL.EscapedPath(), "/fn/"+ns+"/"+name)
 	if path == "" {
 		path = "/"
 	}
 	if strings.HasPrefix(path, "/_sless/") || path == "/_sless" {
-		writeError(c.Writer, http.StatusNotFound, "paths under /_sless/ are reserved by the platform")
-		return
+		writeError(w, http.StatusNotFound, "paths under /_sless/ are reserved by the platform")
+		return false
 	}
 	access := p.exposure.Access(ns, name)
 	if !access.Exposed {
-		p.notExposed(c, ns, name)
-		return
+		p.notExposed(w, r, ns, name)
+		return false
 	}
-	if access.TokenRequired && !p.authorize(c, ns, name) {
-		return
+	if access.TokenRequired && !p.authorize(w, r, ns, name) {
+		return false
 	}
-	p.serveHTTP(c.Request.Context(), &call{ns: ns, name: name, path: path, r: c.Request, w: c.Writer,
-		kind: invoke.KindHTTP, trigger: httpTrigger})
+	c := &call{ns: ns, name: name, path: path, r: r, w: w, kind: invoke.KindHTTP, trigger: httpTrigger}
+	p.serve(r.Context(), c)
+	return c.cut
 }
 
 func (p *Proxy) serveCLI(c *gin.Context) {
@@ -133,34 +190,34 @@ func (p *Proxy) serveHTTP(ctx context.Context, c *call) {
 // token that may not invoke the function, 503 when the token cannot be
 // checked. An accepted token is removed from the request: it is the
 // platform's, not the function's.
-func (p *Proxy) authorize(c *gin.Context, ns, name string) bool {
-	token, ok := auth.BearerToken(c.GetHeader("Authorization"))
+func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, ns, name string) bool {
+	token, ok := auth.BearerToken(r.Header.Get("Authorization"))
 	if !ok {
-		c.Header("WWW-Authenticate", `Bearer realm="sless"`)
-		writeError(c.Writer, http.StatusUnauthorized, fmt.Sprintf(
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sless"`)
+		writeError(w, http.StatusUnauthorized, fmt.Sprintf(
 			"function %q is private: send Authorization: Bearer <token> with a token of namespace %q", name, ns))
 		return false
 	}
-	who, err := p.authn.Authenticate(c, token)
+	who, err := p.authn.Authenticate(r.Context(), token)
 	if err != nil {
-		httpx.WriteAuthError(c, p.log, err)
+		httpx.WriteAuthErrorHTTP(w, r, p.log, err)
 		return false
 	}
 	if !who.CanInvoke(ns, name) {
-		writeError(c.Writer, http.StatusForbidden, fmt.Sprintf("this token may not invoke function %q of namespace %q", name, ns))
+		writeError(w, http.StatusForbidden, fmt.Sprintf("this token may not invoke function %q of namespace %q", name, ns))
 		return false
 	}
-	c.Request.Header.Del("Authorization")
+	r.Header.Del("Authorization")
 	return true
 }
 
 // notExposed answers /fn for a function without an enabled http trigger.
-func (p *Proxy) notExposed(c *gin.Context, ns, name string) {
-	if _, err := p.store.Get(c, functions.Key{Namespace: ns, Name: name}); errors.Is(err, functions.ErrNotFound) {
-		writeNotFound(c.Writer, ns, name)
+func (p *Proxy) notExposed(w http.ResponseWriter, r *http.Request, ns, name string) {
+	if _, err := p.store.Get(r.Context(), functions.Key{Namespace: ns, Name: name}); errors.Is(err, functions.ErrNotFound) {
+		writeNotFound(w, ns, name)
 		return
 	}
-	writeError(c.Writer, http.StatusNotFound, fmt.Sprintf("function %q is not exposed on /fn: it has no enabled http trigger", name))
+	writeError(w, http.StatusNotFound, fmt.Sprintf("function %q is not exposed on /fn: it has no enabled http trigger", name))
 }
 
 // call is one invocation in flight.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/invoke/proxy"
 	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/server/front"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 // fakeExecutor answers Acquire with acquireErr, or with a lease whose Do
@@ -151,62 +154,105 @@ func TestFnErrors(t *testing.T) {
 			cut: true, wantRecord: 502, wantRecError: "the response was cut short: the response body ended after 4 of 10 bytes"},
 	}
 	gin.SetMode(gin.TestMode)
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			exec := &fakeExecutor{acquireErr: tc.acquireErr, do: tc.do}
-			ledger := &fakeLedger{}
-			p := proxy.New(proxy.Config{}, exec, fakeStore{}, ledger, public{}, noTokens{}, slog.New(slog.DiscardHandler))
-			engine := gin.New()
-			p.Register(engine.Group("/v1"), engine)
-			srv := httptest.NewServer(engine)
-			defer srv.Close()
-			fn := tc.fn
-			if fn == "" {
-				fn = "fn"
-			}
-			resp, err := http.Post(srv.URL+"/fn/default/"+fn, "application/json", strings.NewReader(`{}`))
-			var body []byte
-			if err == nil {
-				body, err = io.ReadAll(resp.Body)
-				resp.Body.Close()
-			}
-			if tc.cut {
-				// The client must see a failure, never a short body that
-				// looks complete; the record says what happened.
+	for _, via := range []string{"gin", "front"} {
+		for _, tc := range tests {
+			t.Run(via+"/"+tc.name, func(t *testing.T) {
+				exec := &fakeExecutor{acquireErr: tc.acquireErr, do: tc.do}
+				ledger := &fakeLedger{}
+				p := proxy.New(proxy.Config{}, exec, fakeStore{}, ledger, public{}, noTokens{}, slog.New(slog.DiscardHandler))
+				fn := tc.fn
+				if fn == "" {
+					fn = "fn"
+				}
+				resp, err := http.Post(serve(t, p, via)+"/fn/default/"+fn, "application/json", strings.NewReader(`{}`))
+				var body []byte
 				if err == nil {
-					t.Fatalf("the cut response read as complete: %d %s", resp.StatusCode, body)
+					body, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
 				}
-				checkRecord(t, ledger, "", tc.wantRecord, tc.wantRecError)
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != tc.wantStatus || string(body) != tc.wantBody {
-				t.Errorf("got %d %s, want %d %s", resp.StatusCode, body, tc.wantStatus, tc.wantBody)
-			}
-			if got := resp.Header.Get("Retry-After") != ""; got != tc.retryAfter {
-				t.Errorf("Retry-After present = %v, want %v", got, tc.retryAfter)
-			}
-			id := resp.Header.Get("X-Sless-Invocation-Id")
-			if tc.wantRecord == 0 {
-				if id != "" {
-					t.Errorf("answered invocation id %q, which is never recorded", id)
+				if tc.cut {
+					// The client must see a failure, never a short body that
+					// looks complete; the record says what happened.
+					if err == nil {
+						t.Fatalf("the cut response read as complete: %d %s", resp.StatusCode, body)
+					}
+					checkRecord(t, ledger, "", tc.wantRecord, tc.wantRecError)
+					return
 				}
-			} else if id == "" {
-				t.Errorf("no invocation id answered")
-			}
-			wantErr := ""
-			if tc.wantStatus >= 500 {
-				var e struct{ Error string }
-				json.Unmarshal(body, &e)
-				wantErr = e.Error
-			}
-			checkRecord(t, ledger, id, tc.wantRecord, wantErr)
-			if strings.Contains(string(body), "/var/lib") {
-				t.Errorf("a server path reached the caller: %s", body)
-			}
-		})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != tc.wantStatus || string(body) != tc.wantBody {
+					t.Errorf("got %d %s, want %d %s", resp.StatusCode, body, tc.wantStatus, tc.wantBody)
+				}
+				if got := resp.Header.Get("Retry-After") != ""; got != tc.retryAfter {
+					t.Errorf("Retry-After present = %v, want %v", got, tc.retryAfter)
+				}
+				id := resp.Header.Get("X-Sless-Invocation-Id")
+				if tc.wantRecord == 0 {
+					if id != "" {
+						t.Errorf("answered invocation id %q, which is never recorded", id)
+					}
+				} else if id == "" {
+					t.Errorf("no invocation id answered")
+				}
+				wantErr := ""
+				if tc.wantStatus >= 500 {
+					var e struct{ Error string }
+					json.Unmarshal(body, &e)
+					wantErr = e.Error
+				}
+				checkRecord(t, ledger, id, tc.wantRecord, wantErr)
+				if strings.Contains(string(body), "/var/lib") {
+					t.Errorf("a server path reached the caller: %s", body)
+				}
+			})
+		}
+	}
+}
+
+// serve serves p's routes as the server does: via "gin" on the gin engine
+// alone, via "front" on the server's front with gin behind it; it returns
+// the base URL.
+func serve(t *testing.T, p *proxy.Proxy, via string) string {
+	t.Helper()
+	engine := gin.New()
+	p.Register(engine.Group("/v1"), engine)
+	if via == "gin" {
+		srv := httptest.NewServer(engine)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	f := front.New(front.Config{Routes: []httpx.FastRoute{p}, Fallback: &http.Server{Handler: engine}, Log: slog.New(slog.DiscardHandler)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go f.Serve(ln)
+	t.Cleanup(func() { f.Shutdown(context.Background()) })
+	return "http://" + ln.Addr().String()
+}
+
+// TestFastRoute: the front serves /fn when gin would take the same
+// namespace and name from the path.
+func TestFastRoute(t *testing.T) {
+	p := proxy.New(proxy.Config{}, &fakeExecutor{}, fakeStore{}, &fakeLedger{}, public{}, noTokens{}, slog.New(slog.DiscardHandler))
+	for path, want := range map[string]string{
+		"/fn/default/hello":         "/fn/:ns/:name",
+		"/fn/default/hello/":        "/fn/:ns/:name/*path",
+		"/fn/default/hello/a/b%2Fc": "/fn/:ns/:name/*path",
+		"/fn/default/hel%6Co":       "",
+		"/fn/def%61ult/hello":       "",
+		"/fn/default/":              "",
+		"/fn/default":               "",
+		"/fn//hello":                "",
+		"/fn/":                      "",
+		"/v1/whoami":                "",
+		"/fnx/a/b":                  "",
+	} {
+		if got := p.FastRoute(path); got != want {
+			t.Errorf("FastRoute(%q) = %q, want %q", path, got, want)
+		}
 	}
 }
 

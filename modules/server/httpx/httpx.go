@@ -33,6 +33,24 @@ type Routes interface {
 	Register(v1 *gin.RouterGroup, root *gin.Engine)
 }
 
+// FastRoute is implemented by Routes whose requests the server's front
+// serves itself, before net/http and gin, on the connections they arrive on
+// (the data plane's /fn). ServeFast must answer exactly as the gin routes
+// of the same paths do; the front hands any request it cannot serve as
+// net/http would to net/http, where those gin routes answer it.
+type FastRoute interface {
+	// FastRoute returns the gin route pattern (the metrics label) that
+	// serves path, the request target's path as the client sent it, or ""
+	// when the gin routes are to answer it.
+	FastRoute(path string) string
+	// ServeFast answers r. w frames the response itself: the handler's
+	// Connection, Transfer-Encoding and Trailer headers are not sent, and
+	// the header is final once WriteHeader is called. abort asks for the
+	// connection to be closed instead of ending the response, as
+	// panic(http.ErrAbortHandler) does in net/http.
+	ServeFast(w http.ResponseWriter, r *http.Request) (abort bool)
+}
+
 // Error is an error with an HTTP status and a message safe to show clients.
 type Error struct {
 	Code int
@@ -100,20 +118,35 @@ func WriteError(c *gin.Context, log *slog.Logger, err error) {
 // the identity service does not answer (the request is never let through),
 // a logged 500 for anything else.
 func WriteAuthError(c *gin.Context, log *slog.Logger, err error) {
+	c.Abort()
+	WriteAuthErrorHTTP(c.Writer, c.Request, log, err)
+}
+
+// WriteAuthErrorHTTP is WriteAuthError for a handler outside gin.
+func WriteAuthErrorHTTP(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	switch {
 	case errors.Is(err, auth.ErrExpired):
-		c.Header("WWW-Authenticate", `Bearer realm="sless", error="invalid_token", error_description="the token has expired"`)
-		c.AbortWithStatusJSON(http.StatusUnauthorized, ErrorBody{Error: "the API token has expired"})
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sless", error="invalid_token", error_description="the token has expired"`)
+		writeErrorBody(w, http.StatusUnauthorized, ErrorBody{Error: "the API token has expired"})
 	case errors.Is(err, auth.ErrUnauthenticated):
-		c.Header("WWW-Authenticate", `Bearer realm="sless", error="invalid_token"`)
-		c.AbortWithStatusJSON(http.StatusUnauthorized, ErrorBody{Error: "invalid API token"})
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sless", error="invalid_token"`)
+		writeErrorBody(w, http.StatusUnauthorized, ErrorBody{Error: "invalid API token"})
 	case errors.Is(err, auth.ErrUnavailable):
-		log.WarnContext(c, "cannot check a token", "path", c.Request.URL.Path, "error", err)
-		c.Header("Retry-After", "5")
-		c.AbortWithStatusJSON(http.StatusServiceUnavailable, ErrorBody{Error: "cannot check the API token: the identity service is unavailable; retry later"})
+		log.WarnContext(r.Context(), "cannot check a token", "path", r.URL.Path, "error", err)
+		w.Header().Set("Retry-After", "5")
+		writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Error: "cannot check the API token: the identity service is unavailable; retry later"})
 	default:
-		WriteError(c, log, fmt.Errorf("authenticating: %w", err))
+		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", fmt.Errorf("authenticating: %w", err))
+		writeErrorBody(w, http.StatusInternalServerError, ErrorBody{Error: "internal server error; the server log has the details"})
 	}
+}
+
+// writeErrorBody answers with code and body as gin's c.JSON writes them.
+func writeErrorBody(w http.ResponseWriter, code int, body ErrorBody) {
+	b, _ := json.Marshal(body) // an ErrorBody always encodes
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	w.Write(b)
 }
 
 // MaxJSONBytes caps JSON request bodies.
