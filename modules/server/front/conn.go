@@ -10,15 +10,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
 
 	"sless.kube5s.ru/sless/modules/server/httpx"
 )
-
-var errTooManyFiles = syscall.EMFILE
 
 // conn is one client connection served by the front.
 type conn struct {

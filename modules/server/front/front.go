@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"sless.kube5s.ru/sless/modules/server/httpx"
@@ -88,7 +89,7 @@ func (f *Front) Serve(ln net.Listener) error {
 				return http.ErrServerClosed
 			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) {
 				// As net/http: wait for descriptors to free up.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				f.cfg.Log.Debug("accepting a connection failed; retrying", "error", err, "delay", backoff)
