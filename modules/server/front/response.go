@@ -60,8 +60,8 @@ func (cn *conn) serveRequest(rq *request) (keep bool) {
 const rstAvoidanceDelay = 500 * time.Millisecond
 
 // runHandler runs the route's handler. A panic is logged and answered with
-// a 500 as gin's recovery does, or aborts the response when its head is
-// out; http.ErrAbortHandler aborts it quietly.
+// a 500 as gin's recovery does, or, once the handler called WriteHeader,
+// aborts the response; http.ErrAbortHandler aborts it quietly.
 func (cn *conn) runHandler(rq *request, w *response, req *http.Request) (abort, panicked bool) {
 	defer func() {
 		v := recover()
