@@ -265,6 +265,9 @@ func TestFramingMatchesNetHTTP(t *testing.T) {
 				if r.Header.Get("X-Served-By") != "" {
 					t.Fatalf("the front handed the request over")
 				}
+				if d, err := http.ParseTime(r.Header.Get("Date")); err != nil || time.Since(d) > time.Minute {
+					t.Errorf("Date %q: %v", r.Header.Get("Date"), err)
+				}
 				got[i] = r.summary()
 				if r.Close {
 					got[i] += fmt.Sprintf("\nclosed=%v", c.closed())

@@ -276,9 +276,8 @@ func (w *response) sendHeader(p []byte) {
 		}
 	}
 	if _, ok := w.header["Date"]; !ok {
-		var date [len(http.TimeFormat)]byte
 		bw.WriteString("Date: ")
-		bw.Write(time.Now().UTC().AppendFormat(date[:0], http.TimeFormat))
+		bw.Write(dates.now())
 		bw.WriteString("\r\n")
 	}
 	if setLength {
@@ -296,6 +295,28 @@ func (w *response) sendHeader(p []byte) {
 		writeField(bw, "Transfer-Encoding", "chunked")
 	}
 	bw.WriteString("\r\n")
+}
+
+// dateCache formats the Date header once a second instead of per response.
+type dateCache struct{ p atomic.Pointer[formattedDate] }
+
+type formattedDate struct {
+	unix int64
+	text []byte
+}
+
+var dates dateCache
+
+// now returns the current time in http.TimeFormat; the caller must not
+// modify it.
+func (c *dateCache) now() []byte {
+	t := time.Now()
+	if d := c.p.Load(); d != nil && d.unix == t.Unix() {
+		return d.text
+	}
+	d := &formattedDate{unix: t.Unix(), text: t.UTC().AppendFormat(nil, http.TimeFormat)}
+	c.p.Store(d)
+	return d.text
 }
 
 // frameHeader reports a header the front sets itself.
