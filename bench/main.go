@@ -1,7 +1,9 @@
-// Command bench measures the data plane on this machine and prints a
-// markdown table: throughput and latency through /fn next to calling the
-// same wrapper directly, cold starts next to a bare interpreter start, and
-// the ledger's write rate. Run it with bench/run.sh (which installs wrk).
+// Command bench measures the data plane on this machine and prints markdown
+// tables: each wrapper against a minimal server for the same handler,
+// throughput, latency and server CPU per request through /fn next to calling
+// the same wrapper directly and next to nginx in front of the minimal Python
+// server, cold starts next to a bare interpreter start, overload, and the
+// ledger's write rate. Run it with bench/run.sh (which installs wrk and nginx).
 package main
 
 import (
@@ -27,16 +29,39 @@ import (
 
 var (
 	duration     = flag.Duration("duration", 10*time.Second, "length of each load run")
+	warmup       = flag.Duration("warmup", 2*time.Second, "length of the warm-up run before each target's measurements")
 	coldSamples  = flag.Int("cold-samples", 15, "cold starts measured per runtime")
+	bareSamples  = flag.Int("bare-samples", 20, "bare interpreter starts measured per runtime")
+	ledgerTime   = flag.String("ledger-benchtime", "3s", "-benchtime of the ledger benchmark")
+	quick        = flag.Bool("quick", false, "short runs (1s loads, 3 cold starts, ...) that finish in under two minutes; flags given explicitly still apply")
 	writeReadme  = flag.Bool("write", false, "replace the results table in bench/README.md")
 	onlyOverload = flag.Bool("overload", false, "run only the overload measurement and print its table")
 	onlyBuilds   = flag.Bool("builds", false, "run only the build measurement (bench/build.go) and print its table")
 )
 
+// quickSettings are the values -quick gives the flags not set on the command line.
+var quickSettings = map[string]string{
+	"duration": "1s", "warmup": "1s", "cold-samples": "3", "bare-samples": "5", "ledger-benchtime": "0.3s",
+}
+
+// applyQuick sets the flags -quick shortens, except those given explicitly.
+func applyQuick() {
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for name, value := range quickSettings {
+		if !given[name] {
+			flag.Set(name, value)
+		}
+	}
+}
+
 const token = "bench-token-0123456789"
 
 func main() {
 	flag.Parse()
+	if *quick {
+		applyQuick()
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -46,6 +71,7 @@ func main() {
 type runtimeCase struct {
 	name, example, interpreter, wrapperFile string
 	wrapper                                 []byte
+	minimal                                 string   // the minimal server for the same handler
 	bare                                    []string // arguments of a bare start
 }
 
@@ -55,6 +81,9 @@ func run() error {
 	}
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return fmt.Errorf("wrk is needed (apt-get install wrk, or run bench/run.sh): %w", err)
+	}
+	if _, err := nginxPath(); err != nil && !*onlyOverload {
+		return err
 	}
 	tmp, err := os.MkdirTemp("", "sless-bench-")
 	if err != nil {
@@ -75,8 +104,10 @@ func run() error {
 		return err
 	}
 	cases := []runtimeCase{
-		{name: "python3.11", example: "examples/hello-python", interpreter: python, wrapperFile: "server.py", wrapper: runtimes.PythonServer, bare: []string{"-S", "-c", "pass"}},
-		{name: "nodejs20", example: "examples/hello-node", interpreter: node, wrapperFile: "server.js", wrapper: runtimes.NodeServer, bare: []string{"-e", "0"}},
+		{name: "python3.11", example: "examples/hello-python", interpreter: python, wrapperFile: "server.py", wrapper: runtimes.PythonServer,
+			minimal: "bench/minimal/asyncio_server.py", bare: []string{"-S", "-c", "pass"}},
+		{name: "nodejs20", example: "examples/hello-node", interpreter: node, wrapperFile: "server.js", wrapper: runtimes.NodeServer,
+			minimal: "bench/minimal/http_server.js", bare: []string{"-e", "0"}},
 	}
 
 	if *onlyScale {
@@ -100,43 +131,22 @@ func run() error {
 		os.Stdout.Write(report.Bytes())
 		return nil
 	}
-	fmt.Fprintf(&report, "Measured %s on %s (%d CPUs), wrk %s per run.\n\n", time.Now().Format("2006-01-02"), hostname(), goruntime.NumCPU(), *duration)
-	fmt.Fprintln(&report, "| runtime | connections | direct req/s | /fn req/s | ratio | direct p50 | /fn p50 | added p50 | direct p99 | /fn p99 |")
-	fmt.Fprintln(&report, "|---|---|---|---|---|---|---|---|---|---|")
-	var coldRows, defaultRows []string
+	fmt.Fprintf(&report, "Measured %s on %s (%d CPUs, load average %s at the start), wrk %s per run.\n", time.Now().Format("2006-01-02"), hostname(), goruntime.NumCPU(), loadAverage(), *duration)
+	var directRows, fnRows, nginxRows, coldRows, defaultRows []string
 	for _, rc := range cases {
 		fn := "hello-" + strings.ReplaceAll(rc.name, ".", "")
 		logf("deploying %s", fn)
 		if err := srv.cli("deploy", rc.example, "--name", fn, "--runtime", rc.name, "--concurrency", "32", "--max-instances", "1"); err != nil {
 			return err
 		}
-		direct, stop, err := startWrapper(rc, tmp)
+		fnURL := srv.endpoint + "/fn/default/" + fn
+		rows, err := throughput(rc, srv, fnURL, tmp)
 		if err != nil {
 			return err
 		}
-		fnURL := srv.endpoint + "/fn/default/" + fn
-		for _, url := range []string{direct, fnURL} {
-			if _, err := wrk(url, 8, 2*time.Second); err != nil { // warm up
-				stop()
-				return err
-			}
-		}
-		for _, conns := range []int{1, 32} {
-			logf("%s: %d connections", rc.name, conns)
-			d, err := wrk(direct, conns, *duration)
-			if err != nil {
-				stop()
-				return err
-			}
-			f, err := wrk(fnURL, conns, *duration)
-			if err != nil {
-				stop()
-				return err
-			}
-			fmt.Fprintf(&report, "| %s | %d | %.0f | %.0f | %.2fx | %s | %s | %s | %s | %s |\n", rc.name, conns, d.rps, f.rps, f.rps/d.rps,
-				msStr(d.p50), msStr(f.p50), msStr(f.p50-d.p50), msStr(d.p99), msStr(f.p99))
-		}
-		stop()
+		directRows = append(directRows, rows.direct...)
+		fnRows = append(fnRows, rows.fn...)
+		nginxRows = append(nginxRows, rows.nginx...)
 
 		logf("%s: default settings", rc.name)
 		dflt := fn + "-defaults"
@@ -144,7 +154,7 @@ func run() error {
 			return err
 		}
 		dURL := srv.endpoint + "/fn/default/" + dflt
-		if _, err := wrk(dURL, 32, 2*time.Second); err != nil {
+		if _, err := wrk(dURL, 32, *warmup); err != nil {
 			return err
 		}
 		dl, err := wrk(dURL, 32, *duration)
@@ -158,27 +168,38 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		bare, err := bareStarts(rc, 20)
+		bare, err := bareStarts(rc, *bareSamples)
 		if err != nil {
 			return err
 		}
 		coldRows = append(coldRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %.2fx |", rc.name, msStr(pct(cold, 50)), msStr(pct(cold, 99)),
 			msStr(pct(bare, 50)), strings.Join(rc.bareCmd(), " "), float64(pct(cold, 50))/float64(pct(bare, 50))))
 	}
+	fmt.Fprintln(&report, "\nEach wrapper on its own (TCP, specialized at start with the example's code, as the cluster mode runs it) against a minimal server for the same handler"+
+		" (`bench/minimal`: a raw asyncio protocol, a bare `http.createServer`); CPU/req is the serving process's CPU (user + system, `/proc/PID/stat`) over the run divided by the requests:")
+	fmt.Fprintln(&report)
+	fmt.Fprintln(&report, "| runtime | connections | minimal req/s | wrapper req/s | wrapper ÷ minimal | minimal CPU/req | wrapper CPU/req | minimal p50 | wrapper p50 |")
+	fmt.Fprintln(&report, "|---|---|---|---|---|---|---|---|---|")
+	printRows(&report, directRows)
+	fmt.Fprintln(&report, "\nThrough /fn (`concurrency 32`, `max_instances 1`) against the same wrapper called directly (concurrency 32); server CPU/req is the `sless server` process's own CPU per `/fn` request:")
+	fmt.Fprintln(&report)
+	fmt.Fprintln(&report, "| runtime | connections | direct req/s | /fn req/s | ratio | direct p50 | /fn p50 | added p50 | direct p99 | /fn p99 | server CPU/req |")
+	fmt.Fprintln(&report, "|---|---|---|---|---|---|---|---|---|---|---|")
+	printRows(&report, fnRows)
+	fmt.Fprintf(&report, "\nReference: nginx %s (one worker, keep-alive upstream) in front of the minimal Python server, next to `/fn` python3.11 from the table above; nginx CPU/req counts its master and worker:\n\n", nginxVersion())
+	fmt.Fprintln(&report, "| connections | minimal req/s | nginx req/s | nginx ÷ minimal | nginx p50 | nginx CPU/req | /fn req/s | /fn ÷ nginx | server CPU/req |")
+	fmt.Fprintln(&report, "|---|---|---|---|---|---|---|---|---|")
+	printRows(&report, nginxRows)
 	fmt.Fprintln(&report, "\nThrough /fn with the default settings (concurrency 1, max_instances 10: up to 10 processes), 32 connections:")
 	fmt.Fprintln(&report)
 	fmt.Fprintln(&report, "| runtime | /fn req/s | p50 | p99 |")
 	fmt.Fprintln(&report, "|---|---|---|---|")
-	for _, r := range defaultRows {
-		fmt.Fprintln(&report, r)
-	}
+	printRows(&report, defaultRows)
 	fmt.Fprintln(&report, "\nCold start: the first request through /fn after the function scaled to zero, end to end, next to a bare interpreter start.")
 	fmt.Fprintln(&report)
 	fmt.Fprintln(&report, "| runtime | cold p50 | cold p99 | bare start p50 | bare command | cold / bare |")
 	fmt.Fprintln(&report, "|---|---|---|---|---|---|")
-	for _, r := range coldRows {
-		fmt.Fprintln(&report, r)
-	}
+	printRows(&report, coldRows)
 	if err := overload(srv, &report); err != nil {
 		return err
 	}
@@ -194,6 +215,7 @@ func run() error {
 	if err := scale(bin, tmp, &report); err != nil {
 		return err
 	}
+	fmt.Fprintf(&report, "\nLoad average at the end: %s.\n", loadAverage())
 
 	os.Stdout.Write(report.Bytes())
 	if *writeReadme {
@@ -279,47 +301,30 @@ func (s *server) cli(args ...string) error {
 }
 
 // startWrapper runs the runtime's wrapper on a TCP port, specialized at start
-// with the example's code (as the cluster mode runs it), with the same
-// concurrency as the deployed function.
-func startWrapper(rc runtimeCase, tmp string) (string, func(), error) {
+// with the example's code (as the cluster mode runs it), with the given
+// concurrency.
+func startWrapper(rc runtimeCase, tmp string, concurrency int) (*listener, error) {
 	wrapper := filepath.Join(tmp, rc.name+"-"+rc.wrapperFile)
 	if err := os.WriteFile(wrapper, rc.wrapper, 0o644); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	code, err := filepath.Abs(rc.example)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	cmd := exec.Command(rc.interpreter, wrapper, "--listen", "tcp:127.0.0.1:"+port, "--code-dir", code, "--handler", "handler.handle")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SLESS_FUNCTION=hello", "SLESS_NAMESPACE=default", "SLESS_CONCURRENCY=32"}
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop := func() { cmd.Process.Kill(); cmd.Wait() }
-	url := "http://127.0.0.1:" + port + "/"
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-			c.Close()
-			return url, stop, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("the %s wrapper did not listen", rc.name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SLESS_FUNCTION=hello", "SLESS_NAMESPACE=default", "SLESS_CONCURRENCY=" + strconv.Itoa(concurrency)}
+	return startListener("the "+rc.name+" wrapper", cmd, port)
 }
 
 type load struct {
 	rps      float64
 	p50, p99 time.Duration
+	requests int
 }
 
 var (
@@ -346,6 +351,9 @@ func wrk(url string, conns int, d time.Duration, extra ...string) (load, error) 
 		return load{}, fmt.Errorf("no Requests/sec in wrk output:\n%s", out)
 	}
 	l.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	if m := requestsLine.FindSubmatch(out); m != nil {
+		l.requests, _ = strconv.Atoi(string(m[1]))
+	}
 	for _, m := range pctLine.FindAllSubmatch(out, -1) {
 		v, _ := strconv.ParseFloat(string(m[2]), 64)
 		unit := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second}[string(m[3])]
@@ -399,7 +407,7 @@ func bareStarts(rc runtimeCase, n int) ([]time.Duration, error) {
 }
 
 func ledgerRate() (string, error) {
-	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkRecord$/sqlite", "-benchtime", "3s", "./modules/invoke/ledger/").CombinedOutput()
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkRecord$/sqlite", "-benchtime", *ledgerTime, "./modules/invoke/ledger/").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("ledger benchmark: %w\n%s", err, out)
 	}

@@ -36,7 +36,7 @@ func overload(srv *server, report *bytes.Buffer) error {
 		return err
 	}
 	url := srv.endpoint + "/fn/default/" + fn
-	if _, _, err := wrkCounts(url, 8, 2*time.Second); err != nil { // warm up
+	if _, _, err := wrkCounts(url, 8, *warmup); err != nil {
 		return err
 	}
 	good := make([][]float64, len(overloadConns))

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# bench/run.sh [flags of bench/main.go]: installs wrk when missing and runs the
-# data-plane benchmarks, printing a markdown table (-write also stores it in
-# bench/README.md).
+# bench/run.sh [flags of bench/main.go]: installs wrk and nginx when missing and
+# runs the data-plane benchmarks, printing markdown tables (-write also stores
+# them in bench/README.md, -quick runs everything in under two minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v wrk >/dev/null; then
-	echo "bench: installing wrk" >&2
-	apt-get install -y wrk >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }
-fi
+install() { # install PACKAGE: apt-get install, with an index update when the package is unknown
+	echo "bench: installing $1" >&2
+	apt-get install -y "$1" >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y "$1" >/dev/null; }
+}
+command -v wrk >/dev/null || install wrk
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || install nginx-light
 exec go run ./bench "$@"
