@@ -198,6 +198,21 @@ def asyncio_run(event, ctx):
     return asyncio.run(sleep_async(event, ctx))
 
 
+BARRIERS = {}
+
+
+def barrier(event, ctx):
+    # Returns once n calls wait here at the same time (a 500 after 10 s otherwise).
+    n = int(ctx.query["n"])
+    BARRIERS.setdefault(n, threading.Barrier(n, timeout=10)).wait()
+    return {"thread": threading.current_thread().name}
+
+
+def sleep_sync(event, ctx):
+    time.sleep(int(ctx.query["ms"]) / 1000)
+    return {"thread": threading.current_thread().name}
+
+
 ROUTES = {
     "plain": lambda event, ctx: {"hello": "world", "n": 1},
     "none": lambda event, ctx: None,
@@ -218,6 +233,9 @@ ROUTES = {
     "env": lambda event, ctx: {"env": dict(os.environ), "cwd": os.getcwd()},
     "async": sleep_async,
     "asyncio-run": asyncio_run,
+    "barrier": barrier,
+    "sleep": sleep_sync,
+    "thread": lambda event, ctx: {"thread": threading.current_thread().name},
     "event": event,
     "echo": echo,
     "context": context,
@@ -385,6 +403,7 @@ var conformanceCases = []conformanceCase{
 	{name: "code-dir start mode with a broken handler exits", run: testCodeDirModeBroken},
 	{name: "process exit closes the connection", run: testProcessExit},
 	{name: "100 concurrent requests", run: testConcurrentRequests},
+	{name: "blocking synchronous handlers run in parallel", only: python, run: testBlockingHandlersInParallel},
 	{name: "chunked request body", run: testChunkedBody},
 	{name: "large body echoed intact", run: testLargeBody},
 	{name: "keep-alive and HEAD", run: testKeepAlive},
@@ -1023,6 +1042,42 @@ func testConcurrentRequests(t *testing.T, s *suite) {
 			wantStatus(t, res, http.StatusOK)
 			wantJSON(t, res, map[string]any{"async": true})
 		})
+	}
+}
+
+// testBlockingHandlersInParallel checks that synchronous calls that block run
+// on as many threads as the concurrency allows, and that a call that blocks
+// sends the calls after it to the threads even after many quick calls (which
+// may have moved them onto the event loop).
+func testBlockingHandlersInParallel(t *testing.T, s *suite) {
+	const concurrency = 8
+	in := s.startSpecialized(t, specializeRequest{Concurrency: concurrency})
+	var wg sync.WaitGroup
+	results := make([]result, concurrency)
+	errs := make([]error, concurrency)
+	for i := range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = in.try(http.MethodGet, fmt.Sprintf("/barrier?n=%d", concurrency), nil, nil)
+		}()
+	}
+	wg.Wait()
+	for i := range concurrency {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		if results[i].status != http.StatusOK {
+			t.Fatalf("request %d: HTTP %d %s, want %d calls in the handler at once", i, results[i].status, results[i].body, concurrency)
+		}
+	}
+	for range 500 {
+		wantStatus(t, in.get(t, "/plain"), http.StatusOK)
+	}
+	wantStatus(t, in.get(t, "/sleep?ms=5"), http.StatusOK)
+	thread := fmt.Sprint(in.get(t, "/thread").json(t)["thread"])
+	if !strings.HasPrefix(thread, "sless-handler") {
+		t.Errorf("the call after one that blocked for 5 ms ran on thread %q, want a handler thread", thread)
 	}
 }
 

@@ -421,6 +421,45 @@ class _WorkerPool:
             deliver(*deliver_args, result)
 
 
+class _Placement:
+    """Decides where the synchronous calls of a handler with concurrency > 1 run.
+
+    Handing a call to a pool thread and its result back costs two thread switches and two
+    handoffs of the GIL, several times what a quick handler's call costs, and the GIL keeps quick
+    calls from running in parallel anyway. So once the calls in the pool have been quick, they
+    run on the event loop, as with concurrency 1. The first call there that takes SLOW_CALL_NS,
+    or an average above LEAVE_NS, sends the later ones back to the pool (the requests that
+    arrived during that call waited for it), and each such return doubles the number of pool
+    calls before the loop is tried again. Calls on worker threads and on the loop both report
+    here; a race between them costs at most one sample.
+    """
+
+    ENTER_NS = 50_000  # average call time under which calls move to the loop
+    LEAVE_NS = 100_000  # average call time over which they move back to the pool
+    SLOW_CALL_NS = 1_000_000  # one call this long on the loop moves them back at once
+    FIRST_TRIAL = 64  # pool calls before the first move to the loop
+    LAST_TRIAL = 1 << 20  # the most pool calls between two moves
+
+    def __init__(self):
+        self.inline = False
+        self._avg_ns = self.LEAVE_NS  # moving average of a call's duration
+        self._pool_calls = 0  # since the last move to the pool
+        self._trial_after = self.FIRST_TRIAL
+
+    def observe(self, ns):
+        """Records that a call took ns nanoseconds."""
+        self._avg_ns += (ns - self._avg_ns) // 16
+        if self.inline:
+            if ns >= self.SLOW_CALL_NS or self._avg_ns >= self.LEAVE_NS:
+                self.inline = False
+                self._pool_calls = 0
+                self._trial_after = min(2 * self._trial_after, self.LAST_TRIAL)
+        else:
+            self._pool_calls += 1
+            if self._pool_calls >= self._trial_after and self._avg_ns < self.ENTER_NS:
+                self.inline = True
+
+
 class _Function:
     """The loaded handler and the way its invocations run."""
 
@@ -431,10 +470,12 @@ class _Function:
         self._fn = fn
         self._echo = echo
         self._is_async = inspect.iscoroutinefunction(fn)
-        # Synchronous handlers run inline on the loop unless several may run at once.
-        self._pool = None
+        # Synchronous handlers run inline on the loop unless several may run at once and the
+        # calls are not quick (see _Placement).
+        self._pool = self._placement = None
         if not self._is_async and concurrency > 1:
             self._pool = _WorkerPool(loop, concurrency)
+            self._placement = _Placement()
         self._tasks = set()  # the loop only keeps weak references to tasks
 
     def invoke(self, conn, event, context):
@@ -448,7 +489,7 @@ class _Function:
                 conn.send(*_outcome(None, exc, started, log, self._echo))
                 return
             self._await(conn, log, coro, started)
-        elif self._pool is None:
+        elif self._pool is None or self._placement.inline:
             # Hide the running loop, as on a worker thread, so that the handler may use
             # asyncio.run() whatever the concurrency.
             asyncio._set_running_loop(None)
@@ -469,6 +510,8 @@ class _Function:
             return _outcome(None, exc, started, log, self._echo)
         finally:
             _current_log.reset(token)
+            if self._placement is not None:
+                self._placement.observe(time.perf_counter_ns() - started)
         if asyncio.iscoroutine(result):
             return _Awaiting(result, started)
         return _outcome(result, None, started, log, self._echo)
