@@ -48,6 +48,8 @@ _NO_BODY_STATUSES = (204, 304)
 # Response headers the wrapper owns: a handler's values for them are dropped.
 _RESERVED_HEADERS = frozenset(("content-length", "transfer-encoding", "connection"))
 _DEFAULT_TRIGGER = {"kind": "http"}
+# Result types that are never awaitable: checking them first skips asyncio.iscoroutine.
+_PLAIN_RESULTS = frozenset((dict, list, str, int, float, bool, type(None), bytes))
 
 # The output buffer of the invocation running in the current context (None outside one).
 _current_log = contextvars.ContextVar("sless_invocation_log", default=None)
@@ -273,7 +275,7 @@ def _render(result):
     """Turns a handler's return value into (status, header bytes, body bytes)."""
     if isinstance(result, dict) and "statusCode" in result:
         return _render_response(result)
-    return _json_response(200, result)
+    return 200, _JSON_TYPE, _encode_json(result).encode()
 
 
 def _describe_value(value):
@@ -497,7 +499,10 @@ class _Function:
                 out = self._call_sync(log, event, context)
             finally:
                 asyncio._set_running_loop(self._loop)
-            self._deliver(conn, log, out)
+            if type(out) is tuple:  # the response, as _deliver would send it
+                conn.send(*out)
+            else:
+                self._deliver(conn, log, out)
         else:
             self._pool.submit(self._call_sync, (log, event, context), self._deliver, conn, log)
 
@@ -512,7 +517,7 @@ class _Function:
             _current_log.reset(token)
             if self._placement is not None:
                 self._placement.observe(time.perf_counter_ns() - started)
-        if asyncio.iscoroutine(result):
+        if type(result) not in _PLAIN_RESULTS and asyncio.iscoroutine(result):
             return _Awaiting(result, started)
         return _outcome(result, None, started, log, self._echo)
 
@@ -706,8 +711,11 @@ class _RequestParser:
 
     def parse(self, buf):
         """Consumes one complete request from buf and returns it, or None if incomplete."""
-        if self._head is None and not self._parse_head(buf):
-            return None
+        head = self._head
+        if head is None:
+            head = self._parse_head(buf)
+            if head is None:
+                return None
         if self._chunked is not None:
             body = self._chunked.feed(buf)
             if body is None:
@@ -717,11 +725,12 @@ class _RequestParser:
                 return None
             body = bytes(buf[:self._length])
             del buf[:self._length]
-        else:
-            body = b""
-        request = _Request(*self._head, body)
+        else:  # the usual GET: nothing to reset but the head
+            self._head = None
+            self._scan_from = 0
+            return _Request(*head, b"")
         self._reset()
-        return request
+        return _Request(*head, body)
 
     def _parse_head(self, buf):
         while buf.startswith(b"\r\n"):  # stray CRLFs between requests are allowed
@@ -731,7 +740,7 @@ class _RequestParser:
             if len(buf) > MAX_HEAD:
                 raise _BadRequest(431, "request head too large")
             self._scan_from = max(0, len(buf) - 3)
-            return False
+            return None
         if end > MAX_HEAD:
             raise _BadRequest(431, "request head too large")
         lines = buf[:end].decode("latin-1").split("\r\n")
@@ -743,19 +752,22 @@ class _RequestParser:
         if version != "HTTP/1.1" and version != "HTTP/1.0":
             raise _BadRequest(505, "unsupported HTTP version")
         headers = {}
-        for i in range(1, len(lines)):
-            name, colon, value = lines[i].partition(":")
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
             # name[-1:] is "" for an empty name, and "" is in any string.
             if not colon or name[-1:] in " \t":
                 raise _BadRequest(400, "malformed header line")
             name = name.lower()
-            value = value.strip()
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        self._head = (method, target, headers, _keep_alive(version, headers.get("connection")))
-        self._frame_body(headers)
-        return True
-
-    def _frame_body(self, headers):
+            if name in headers:
+                headers[name] = f"{headers[name]}, {value.strip()}"
+            else:
+                headers[name] = value.strip()
+        connection = headers.get("connection")
+        if connection is None:
+            keep_alive = version == "HTTP/1.1"
+        else:
+            keep_alive = _keep_alive(version, connection.lower())
+        # Body framing.
         coding = headers.get("transfer-encoding")
         if coding is not None:
             if coding.lower() != "chunked":
@@ -767,14 +779,14 @@ class _RequestParser:
                 if not (length.isascii() and length.isdigit()):
                     raise _BadRequest(400, "invalid Content-Length")
                 self._length = int(length)
-        has_body = self._chunked is not None or self._length
-        self.continue_expected = bool(has_body) and headers.get("expect", "").lower() == "100-continue"
+        if (self._chunked is not None or self._length) and "expect" in headers:
+            self.continue_expected = headers["expect"].lower() == "100-continue"
+        self._head = (method, target, headers, keep_alive)
+        return self._head
 
 
 def _keep_alive(version, connection):
-    if connection is None:
-        return version == "HTTP/1.1"
-    connection = connection.lower()
+    """Whether the connection stays open after a request with this (lower-case) Connection."""
     if version == "HTTP/1.1":
         return "close" not in connection
     return "keep-alive" in connection
