@@ -479,6 +479,10 @@ class _Function:
             self._pool = _WorkerPool(loop, concurrency)
             self._placement = _Placement()
         self._tasks = set()  # the loop only keeps weak references to tasks
+        # Whether the loop runs coroutines of this function, which need it registered as the
+        # running loop; a synchronous handler's calls then hide it around each call.
+        self._runs_coroutines = self._is_async
+        self._loop_hidden = False
 
     def invoke(self, conn, event, context):
         """Runs one invocation; the response is sent on conn now or when it completes."""
@@ -494,11 +498,15 @@ class _Function:
         elif self._pool is None or self._placement.inline:
             # Hide the running loop, as on a worker thread, so that the handler may use
             # asyncio.run() whatever the concurrency.
-            asyncio._set_running_loop(None)
-            try:
+            if self._runs_coroutines:
+                asyncio._set_running_loop(None)
+                try:
+                    out = self._call_sync(log, event, context)
+                finally:
+                    asyncio._set_running_loop(self._loop)
+            else:
+                self._hide_loop()
                 out = self._call_sync(log, event, context)
-            finally:
-                asyncio._set_running_loop(self._loop)
             if type(out) is tuple:  # the response, as _deliver would send it
                 conn.send(*out)
             else:
@@ -527,9 +535,28 @@ class _Function:
             # sys.exit() on a worker thread) stops the process, as it does on the loop.
             raise out
         if type(out) is _Awaiting:
+            self._runs_coroutines = True
+            self._show_loop()
             self._await(conn, log, out.coro, out.started_ns)
         else:
             conn.send(*out)
+
+    def _hide_loop(self):
+        """Drops the loop thread's running-loop registration for good (until _show_loop).
+
+        Nothing the wrapper runs on the loop for a synchronous handler asks for the running loop,
+        and hiding it around every call instead costs two getpid system calls per call (CPython
+        records the process id with each registration).
+        """
+        if not self._loop_hidden:
+            asyncio._set_running_loop(None)
+            self._loop_hidden = True
+
+    def _show_loop(self):
+        """Registers the loop again (on the loop thread) before it runs a coroutine."""
+        if self._loop_hidden:
+            asyncio._set_running_loop(self._loop)
+            self._loop_hidden = False
 
     def _await(self, conn, log, awaitable, started_ns):
         task = self._loop.create_task(self._complete(conn, log, awaitable, started_ns))
