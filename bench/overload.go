@@ -36,7 +36,7 @@ func overload(srv *server, report *bytes.Buffer) error {
 		return err
 	}
 	url := srv.endpoint + "/fn/default/" + fn
-	if _, _, err := wrkCounts(url, 8, *warmup); err != nil {
+	if err := warm(url, 8); err != nil {
 		return err
 	}
 	good := make([][]float64, len(overloadConns))

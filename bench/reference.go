@@ -57,15 +57,21 @@ func (l *listener) pids() []int {
 // startMinimal runs the runtime's minimal server (bench/minimal) with the
 // example's handler: the floor a wrapper is compared with.
 func startMinimal(rc runtimeCase) (*listener, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	code, err := filepath.Abs(rc.example)
+	port, code, err := listenArgs(rc)
 	if err != nil {
 		return nil, err
 	}
 	return startListener("the minimal "+rc.name+" server", exec.Command(rc.interpreter, rc.minimal, port, code), port)
+}
+
+// listenArgs picks a free port for a server of the runtime's example and
+// returns it with the example's absolute path.
+func listenArgs(rc runtimeCase) (port, code string, err error) {
+	if port, err = freePort(); err != nil {
+		return "", "", err
+	}
+	code, err = filepath.Abs(rc.example)
+	return port, code, err
 }
 
 // nginxConfig is a reverse proxy with one worker and a keep-alive upstream,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -80,7 +81,7 @@ func throughput(rc runtimeCase, srv *server, fnURL, tmp string) (throughputRows,
 		targets = append(targets, target{"inline", inline.url, inline.pids()}, target{"nginx", nginx.url, nginx.pids()})
 	}
 	for _, t := range targets {
-		if _, err := wrk(t.url, 8, *warmup); err != nil {
+		if err := warm(t.url, 8); err != nil {
 			return rows, err
 		}
 	}
@@ -113,7 +114,9 @@ func throughput(rc runtimeCase, srv *server, fnURL, tmp string) (throughputRows,
 	return rows, nil
 }
 
-func printRows(report *bytes.Buffer, rows []string) {
+// printTable writes a markdown table of rows after a blank line and its introduction.
+func printTable(report *bytes.Buffer, intro string, columns, rows []string) {
+	fmt.Fprintf(report, "\n%s\n\n| %s |\n|%s\n", intro, strings.Join(columns, " | "), strings.Repeat("---|", len(columns)))
 	for _, r := range rows {
 		fmt.Fprintln(report, r)
 	}
