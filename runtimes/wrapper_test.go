@@ -198,6 +198,20 @@ def asyncio_run(event, ctx):
     return asyncio.run(sleep_async(event, ctx))
 
 
+BACKGROUND = {}
+
+
+async def background(i):
+    await asyncio.sleep(0.001)
+    BACKGROUND[i] = True
+
+
+def start_background(event, ctx):
+    # A synchronous handler that leaves a coroutine running on the wrapper's own loop.
+    asyncio.get_event_loop().create_task(background(ctx.query["id"]))
+    return {"started": True}
+
+
 BARRIERS = {}
 
 
@@ -234,6 +248,8 @@ ROUTES = {
     "async": sleep_async,
     "asyncio-run": asyncio_run,
     "barrier": barrier,
+    "background": start_background,
+    "background-done": lambda event, ctx: {"done": BACKGROUND.get(ctx.query["id"], False)},
     "sleep": sleep_sync,
     "thread": lambda event, ctx: {"thread": threading.current_thread().name},
     "event": event,
@@ -404,6 +420,7 @@ var conformanceCases = []conformanceCase{
 	{name: "process exit closes the connection", run: testProcessExit},
 	{name: "100 concurrent requests", run: testConcurrentRequests},
 	{name: "blocking synchronous handlers run in parallel", only: python, run: testBlockingHandlersInParallel},
+	{name: "a synchronous handler's task on the wrapper's loop runs", only: python, run: testBackgroundTask},
 	{name: "chunked request body", run: testChunkedBody},
 	{name: "large body echoed intact", run: testLargeBody},
 	{name: "keep-alive and HEAD", run: testKeepAlive},
@@ -1078,6 +1095,24 @@ func testBlockingHandlersInParallel(t *testing.T, s *suite) {
 	thread := fmt.Sprint(in.get(t, "/thread").json(t)["thread"])
 	if !strings.HasPrefix(thread, "sless-handler") {
 		t.Errorf("the call after one that blocked for 5 ms ran on thread %q, want a handler thread", thread)
+	}
+}
+
+// testBackgroundTask checks that a coroutine a synchronous handler leaves on
+// the wrapper's event loop runs to its end with a running loop, although the
+// handler's calls see none.
+func testBackgroundTask(t *testing.T, s *suite) {
+	in := s.startSpecialized(t, specializeRequest{Concurrency: 1})
+	for range 3 {
+		wantStatus(t, in.get(t, "/plain"), http.StatusOK)
+	}
+	wantStatus(t, in.get(t, "/background?id=b1"), http.StatusOK)
+	deadline := time.Now().Add(10 * time.Second)
+	for in.get(t, "/background-done?id=b1").json(t)["done"] != true {
+		if time.Now().After(deadline) {
+			t.Fatal("the coroutine the handler started did not finish within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -483,6 +483,9 @@ class _Function:
         # running loop; a synchronous handler's calls then hide it around each call.
         self._runs_coroutines = self._is_async
         self._loop_hidden = False
+        self._loop_thread = threading.get_ident()
+        if not self._is_async:
+            loop.set_task_factory(self._new_task)
 
     def invoke(self, conn, event, context):
         """Runs one invocation; the response is sent on conn now or when it completes."""
@@ -557,6 +560,15 @@ class _Function:
         if self._loop_hidden:
             asyncio._set_running_loop(self._loop)
             self._loop_hidden = False
+
+    def _new_task(self, loop, coro, **kwargs):
+        """The loop's task factory: a task that a call on the loop starts (a handler that
+        schedules a coroutine with asyncio.get_event_loop().create_task, say) will need the
+        running loop, so from then on the calls hide it around each call only."""
+        if _current_log.get() is not None and threading.get_ident() == self._loop_thread:
+            self._runs_coroutines = True
+            self._show_loop()
+        return asyncio.Task(coro, loop=loop, **kwargs)
 
     def _await(self, conn, log, awaitable, started_ns):
         task = self._loop.create_task(self._complete(conn, log, awaitable, started_ns))
