@@ -58,12 +58,12 @@ func throughput(rc runtimeCase, srv *server, fnURL, tmp string) (throughputRows,
 	defer direct.stop()
 	type target struct {
 		name, url string
-		pids      []int
+		pids      func() []int // read at each run: nginx forks its worker after it listens
 	}
 	targets := []target{
-		{"minimal", minimal.url, minimal.pids()},
-		{"direct", direct.url, direct.pids()},
-		{"fn", fnURL, []int{srv.cmd.Process.Pid}},
+		{"minimal", minimal.url, minimal.pids},
+		{"direct", direct.url, direct.pids},
+		{"fn", fnURL, func() []int { return []int{srv.cmd.Process.Pid} }},
 	}
 	python := rc.name == "python3.11"
 	if python {
@@ -78,7 +78,7 @@ func throughput(rc runtimeCase, srv *server, fnURL, tmp string) (throughputRows,
 			return rows, err
 		}
 		defer nginx.stop()
-		targets = append(targets, target{"inline", inline.url, inline.pids()}, target{"nginx", nginx.url, nginx.pids()})
+		targets = append(targets, target{"inline", inline.url, inline.pids}, target{"nginx", nginx.url, nginx.pids})
 	}
 	for _, t := range targets {
 		if err := warm(t.url, 8); err != nil {
@@ -89,7 +89,7 @@ func throughput(rc runtimeCase, srv *server, fnURL, tmp string) (throughputRows,
 		logf("%s: %d connections", rc.name, conns)
 		got := map[string]measured{}
 		for _, t := range targets {
-			m, err := measure(t.url, conns, t.pids)
+			m, err := measure(t.url, conns, t.pids())
 			if err != nil {
 				return rows, err
 			}
