@@ -43,6 +43,7 @@ var (
 // quickSettings are the values -quick gives the flags not set on the command line.
 var quickSettings = map[string]string{
 	"duration": "1s", "warmup": "1s", "cold-samples": "3", "bare-samples": "5", "ledger-benchtime": "0.3s",
+	"scale-functions": "100", "scale-warm": "10",
 }
 
 // applyQuick sets the flags -quick shortens, except those given explicitly.
