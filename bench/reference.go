@@ -22,7 +22,9 @@ type listener struct {
 // startListener starts cmd and waits until it accepts connections on port.
 func startListener(what string, cmd *exec.Cmd, port string) (*listener, error) {
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A group of its own, so that stop reaches nginx's worker too: it
+	// outlives a killed master.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", what, err)
 	}
@@ -42,8 +44,9 @@ func startListener(what string, cmd *exec.Cmd, port string) (*listener, error) {
 	}
 }
 
+// stop kills the listener's process group.
 func (l *listener) stop() {
-	l.cmd.Process.Kill()
+	syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
 	l.cmd.Wait()
 }
 
