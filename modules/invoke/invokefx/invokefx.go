@@ -5,6 +5,7 @@
 package invokefx
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -42,7 +43,9 @@ var Module = fx.Module("invoke",
 	logger,
 	fx.Provide(
 		func(c Config) proxy.Config { return c.Proxy },
-		proxy.New,
+		// Constructed after the ledger and before the HTTP server, the
+		// proxy stops after the server and before the ledger.
+		fx.Annotate(proxy.New, fx.OnStop(func(ctx context.Context, p *proxy.Proxy) error { return p.Stop(ctx) })),
 		func(p *proxy.Proxy) invoke.Invoker { return p },
 		httpx.AsRoutes(func(p *proxy.Proxy) *proxy.Proxy { return p }),
 		httpx.AsRoutes(ledgerapi.New),

@@ -68,6 +68,14 @@ func New(cfg Config, instances runtime.Instances, store functions.Store, ledger 
 		refusals: newRefusals(ledger, time.Second)}
 }
 
+// Stop records what the proxy counted and has not recorded yet: the
+// summaries of refusals at capacity. It runs after the HTTP server stopped
+// taking requests and before the ledger stops.
+func (p *Proxy) Stop(context.Context) error {
+	p.refusals.flush()
+	return nil
+}
+
 // Register implements httpx.Routes.
 func (p *Proxy) Register(v1 *gin.RouterGroup, root *gin.Engine) {
 	root.Any(fnRoute, p.serveFnGin)

@@ -65,6 +65,7 @@ func (r *refusals) pace(ctx context.Context) {
 type refusalWindow struct {
 	start time.Time
 	count int
+	timer *time.Timer // closes the window
 }
 
 func newRefusals(ledger invoke.Ledger, window time.Duration) *refusals {
@@ -79,18 +80,40 @@ func (r *refusals) add(ns, name string) {
 	if !ok {
 		w = &refusalWindow{start: time.Now()}
 		r.open[k] = w
-		time.AfterFunc(r.window, func() { r.close(k) })
+		w.timer = time.AfterFunc(r.window, func() { r.close(k, w) })
 	}
 	w.count++
 	r.mu.Unlock()
 }
 
-// close records the summary of k's window and forgets it.
-func (r *refusals) close(k functions.Key) {
+// close records the summary of k's window w and forgets it, unless flush
+// took it already.
+func (r *refusals) close(k functions.Key, w *refusalWindow) {
 	r.mu.Lock()
-	w := r.open[k]
+	if r.open[k] != w {
+		r.mu.Unlock()
+		return
+	}
 	delete(r.open, k)
 	r.mu.Unlock()
+	r.record(k, w)
+}
+
+// flush records the summaries of the open windows now: the server stops,
+// and the ledger stops after it.
+func (r *refusals) flush() {
+	r.mu.Lock()
+	open := r.open
+	r.open = map[functions.Key]*refusalWindow{}
+	r.mu.Unlock()
+	for k, w := range open {
+		w.timer.Stop()
+		r.record(k, w)
+	}
+}
+
+// record writes the summary record of k's window w, which ends now.
+func (r *refusals) record(k functions.Key, w *refusalWindow) {
 	end := time.Now()
 	r.ledger.Record(&invoke.Record{
 		ID: uuid.Must(uuid.NewV7()).String(), Namespace: k.Namespace, Function: k.Name, TriggerKind: invoke.KindHTTP,
