@@ -348,6 +348,11 @@ func (p *pool) leaseLocked(inst *instance) *lease {
 	return l
 }
 
+// crashStatusWait bounds how long a crashed invocation's answer waits for
+// its process's exit status. 100 ms was too short at load average 20: the
+// answer then named the broken connection instead of the exit status.
+const crashStatusWait = time.Second
+
 // lease implements runtime.Lease.
 type lease struct {
 	pool   *pool
@@ -371,14 +376,15 @@ func (l *lease) Do(ctx context.Context, inv *runtime.Invocation, w http.Response
 		// Gone before it got the invocation: the caller tries another.
 		l.pool.recycle(l.inst)
 	case errors.Is(err, runtime.ErrCrashed), errors.Is(res.Err, runtime.ErrCrashed):
-		// No new invocation may pick it; wait briefly for the exit status,
-		// to say why.
+		// No new invocation may pick it; wait for the exit status, to say
+		// why. recycle kills the process, so it comes at once unless the
+		// machine is very busy.
 		l.pool.recycle(l.inst)
 		reason := cmp.Or(err, res.Err)
 		select {
 		case <-l.inst.proc.done:
 			reason = runtime.Errorf(runtime.ErrCrashed, l.inst.proc.exitReason(), reason)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(crashStatusWait):
 		}
 		// A crash after the status went out is the response's failure.
 		if res.Err != nil {
