@@ -379,9 +379,9 @@ func escapeSuite(t *testing.T, s *server) {
 			if code, _, out := s.post("/fn/default/"+fn, fmt.Sprintf(`{"mode": "leave", "marker": %q}`, marker)); code != 200 {
 				t.Fatalf("%s: %d %s", fn, code, out)
 			}
-			if len(processesWith(marker)) == 0 {
-				t.Fatalf("%s: the probe started no process", fn)
-			}
+			// Under load the probe's processes were seen to show in /proc only
+			// after the handler answered (rootless mode, 1 run in 4).
+			s.waitFor(fn+"'s probe processes running", func() bool { return len(processesWith(marker)) > 0 })
 			s.mustCLI("fn", "delete", fn)
 			s.waitFor(fn+"'s processes gone", func() bool { return len(processesWith(marker)) == 0 })
 		}
@@ -399,9 +399,7 @@ func escapeSuite(t *testing.T, s *server) {
 			if code, _, out := s.post("/fn/default/leaver", fmt.Sprintf(`{"mode": "leave", "marker": %q}`, end.marker)); code != 200 {
 				t.Fatalf("leaver: %d %s", code, out)
 			}
-			if len(processesWith(end.marker)) == 0 {
-				t.Fatal("the probe started no process")
-			}
+			s.waitFor("the leaver's probe processes running", func() bool { return len(processesWith(end.marker)) > 0 })
 			end.stop()
 			s.waitFor("the leaver's processes gone after the server "+end.how, func() bool { return len(processesWith(end.marker)) == 0 })
 			if end.how == "stopped" {
