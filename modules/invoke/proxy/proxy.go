@@ -526,11 +526,7 @@ func writeNotFound(w http.ResponseWriter, ns, name string) {
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	body, _ := json.Marshal(httpx.ErrorBody{Error: msg})
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(code)
-	w.Write(body)
+	httpx.WriteErrorBody(w, code, httpx.ErrorBody{Error: msg})
 }
 
 // serverTiming formats the Server-Timing header: queue wait, cold start

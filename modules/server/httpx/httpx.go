@@ -97,19 +97,25 @@ func Handle(log *slog.Logger, h HandlerFunc) gin.HandlerFunc {
 
 // WriteError writes err as Handle does.
 func WriteError(c *gin.Context, log *slog.Logger, err error) {
+	c.Abort()
+	writeError(c.Writer, c.Request, log, err)
+}
+
+// writeError is WriteError for any handler.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var he *Error
 	var ve *validation.Errors
 	switch {
 	case errors.As(err, &ve):
-		c.AbortWithStatusJSON(http.StatusBadRequest, ErrorBody{Error: ve.Error(), Fields: ve.Fields})
+		WriteErrorBody(w, http.StatusBadRequest, ErrorBody{Error: ve.Error(), Fields: ve.Fields})
 	case errors.As(err, &he):
 		if he.Code >= 500 {
-			log.ErrorContext(c, "request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "status", he.Code, "error", err)
+			log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", he.Code, "error", err)
 		}
-		c.AbortWithStatusJSON(he.Code, ErrorBody{Error: he.Msg})
+		WriteErrorBody(w, he.Code, ErrorBody{Error: he.Msg})
 	default:
-		log.ErrorContext(c, "request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "error", err)
-		c.AbortWithStatusJSON(http.StatusInternalServerError, ErrorBody{Error: "internal server error; the server log has the details"})
+		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		WriteErrorBody(w, http.StatusInternalServerError, ErrorBody{Error: "internal server error; the server log has the details"})
 	}
 }
 
@@ -127,24 +133,24 @@ func WriteAuthErrorHTTP(w http.ResponseWriter, r *http.Request, log *slog.Logger
 	switch {
 	case errors.Is(err, auth.ErrExpired):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sless", error="invalid_token", error_description="the token has expired"`)
-		writeErrorBody(w, http.StatusUnauthorized, ErrorBody{Error: "the API token has expired"})
+		WriteErrorBody(w, http.StatusUnauthorized, ErrorBody{Error: "the API token has expired"})
 	case errors.Is(err, auth.ErrUnauthenticated):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sless", error="invalid_token"`)
-		writeErrorBody(w, http.StatusUnauthorized, ErrorBody{Error: "invalid API token"})
+		WriteErrorBody(w, http.StatusUnauthorized, ErrorBody{Error: "invalid API token"})
 	case errors.Is(err, auth.ErrUnavailable):
 		log.WarnContext(r.Context(), "cannot check a token", "path", r.URL.Path, "error", err)
 		w.Header().Set("Retry-After", "5")
-		writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Error: "cannot check the API token: the identity service is unavailable; retry later"})
+		WriteErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Error: "cannot check the API token: the identity service is unavailable; retry later"})
 	default:
-		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", fmt.Errorf("authenticating: %w", err))
-		writeErrorBody(w, http.StatusInternalServerError, ErrorBody{Error: "internal server error; the server log has the details"})
+		writeError(w, r, log, fmt.Errorf("authenticating: %w", err))
 	}
 }
 
-// writeErrorBody answers with code and body as gin's c.JSON writes them.
-func writeErrorBody(w http.ResponseWriter, code int, body ErrorBody) {
+// WriteErrorBody answers with code and body, as gin's c.JSON writes them.
+func WriteErrorBody(w http.ResponseWriter, code int, body ErrorBody) {
 	b, _ := json.Marshal(body) // an ErrorBody always encodes
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
 	w.Write(b)
 }
