@@ -318,9 +318,10 @@ func (l *Ledger) insertPrepared(ctx context.Context, rows []row) error {
 	if err != nil {
 		return err
 	}
+	total := len(rows) // for messages: rows is consumed below
 	tx, err := sqlDB.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("inserting %d invocation records: %w", len(rows), err)
+		return fmt.Errorf("inserting %d invocation records: %w", total, err)
 	}
 	defer tx.Rollback()
 	// Without a Done channel the driver starts no watcher goroutine per
@@ -334,7 +335,7 @@ func (l *Ledger) insertPrepared(ctx context.Context, rows []row) error {
 		}
 		stmt, err := tx.PrepareContext(ctx, query)
 		if err != nil {
-			return fmt.Errorf("inserting %d invocation records: %w", len(rows), err)
+			return fmt.Errorf("inserting %d invocation records: %w", total, err)
 		}
 		for ; len(rows) >= n; rows = rows[n:] {
 			args = args[:0]
@@ -346,13 +347,13 @@ func (l *Ledger) insertPrepared(ctx context.Context, rows []row) error {
 			}
 			if _, err := stmt.ExecContext(execCtx, args...); err != nil {
 				stmt.Close()
-				return fmt.Errorf("inserting %d invocation records: %w", len(rows), err)
+				return fmt.Errorf("inserting %d invocation records: %w", total, err)
 			}
 		}
 		stmt.Close()
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("committing %d invocation records: %w", len(rows), err)
+		return fmt.Errorf("committing %d invocation records: %w", total, err)
 	}
 	return nil
 }
