@@ -292,10 +292,18 @@ func (l *Ledger) Accepting() error {
 }
 
 // List implements invoke.Ledger. An invalid q is a *validation.Errors whose
-// fields are named as the REST API's query parameters.
+// fields are named as the REST API's query parameters. The records recorded
+// before List was called are in it unless the writer is more than readWait
+// behind.
 func (l *Ledger) List(ctx context.Context, namespace string, q invoke.Query) ([]*invoke.Record, string, error) {
 	if err := validateQuery(q); err != nil {
 		return nil, "", err
+	}
+	// As Get, a list shows what was recorded before it was asked for: it
+	// waits for the writer to get there, and when the writer is further
+	// behind than readWait (a database that was down) lists what is written.
+	if err := l.caughtUp(ctx, l.j.End()); err != nil && ctx.Err() != nil {
+		return nil, "", fmt.Errorf("listing invocations in namespace %s: %w", namespace, ctx.Err())
 	}
 	limit := validation.PageSize(q.Limit)
 	var rows []row
@@ -316,38 +324,46 @@ func (l *Ledger) List(ctx context.Context, namespace string, q invoke.Query) ([]
 	return out, next, nil
 }
 
-// getWait bounds how long Get waits for the writer to reach a record that
-// may still be in the journal.
-const getWait = 10 * time.Second
+// readWait bounds how long a read waits for the writer to reach the
+// records recorded before it.
+const readWait = 10 * time.Second
 
 // Get implements invoke.Ledger. A record recorded before Get was called is
 // found even when the writer has not written it yet: Get then waits for the
-// writer (up to getWait), and fails when it does not get there.
+// writer (up to readWait), and fails when it does not get there.
 func (l *Ledger) Get(ctx context.Context, namespace, id string) (*invoke.Record, error) {
 	end := l.j.End()
 	r, err := l.get(ctx, namespace, id)
 	if !errors.Is(err, invoke.ErrNotFound) {
 		return r, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, getWait)
+	if err := l.caughtUp(ctx, end); err != nil {
+		return nil, fmt.Errorf("reading invocation %s in namespace %s: the invocation ledger is behind and may not have written it yet: %w", id, namespace, err)
+	}
+	return l.get(ctx, namespace, id)
+}
+
+// caughtUp waits until the writer has written the journal up to end, or has
+// stopped (it will not get further); it fails when ctx ends or readWait
+// passes first.
+func (l *Ledger) caughtUp(ctx context.Context, end journal.Pos) error {
+	ctx, cancel := context.WithTimeout(ctx, readWait)
 	defer cancel()
 	for {
 		l.progressMu.Lock()
 		written, progress := l.written, l.progress
 		l.progressMu.Unlock()
 		if !written.Less(end) {
-			break
+			return nil
 		}
 		select {
 		case <-progress:
 		case <-l.writerDone:
-			// A stopped writer will not get there.
-			return l.get(ctx, namespace, id)
+			return nil
 		case <-ctx.Done():
-			return nil, fmt.Errorf("reading invocation %s in namespace %s: the invocation ledger is behind and may not have written it yet: %w", id, namespace, ctx.Err())
+			return ctx.Err()
 		}
 	}
-	return l.get(ctx, namespace, id)
 }
 
 func (l *Ledger) get(ctx context.Context, namespace, id string) (*invoke.Record, error) {

@@ -548,6 +548,18 @@ func runSuite(t *testing.T, newURL func(t testing.TB) string) {
 		}
 	})
 
+	t.Run("list shows a record the writer has not written yet", func(t *testing.T) {
+		db := openDB(t, newURL(t), testLog(t))
+		// As above: a List at once shows the record only by waiting.
+		l := newLedger(t, db, ledger.Options{FlushInterval: 2 * time.Second})
+		r := simple("ns", "fn")
+		l.Record(r)
+		got, _, err := l.List(t.Context(), "ns", invoke.Query{Function: "fn"})
+		if err != nil || len(got) != 1 || got[0].ID != r.ID {
+			t.Errorf("List right after Record = %d records, %v; want the one recorded", len(got), err)
+		}
+	})
+
 	t.Run("a crashed ledger's records are written at the next start, once", func(t *testing.T) {
 		db := openDB(t, newURL(t), testLog(t))
 		dir := t.TempDir()
