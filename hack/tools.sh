@@ -12,12 +12,17 @@
 #   versitygw   S3 server (Apache-2.0) used by the S3 blob store tests
 #   terraform   Terraform CLI v1.5.7 (the last MPL-2.0 release) for the
 #               provider's acceptance tests in terraform/ (~525 s CPU cold)
+#   envtest     kube-apiserver v1.34.4 and etcd v3.6.16 for controller-runtime's
+#               envtest; prints the directory to use as KUBEBUILDER_ASSETS
+#               (~900 s CPU and 1.8 GB of memory cold)
 #
 # The cache lives in ${SLESS_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sless-tools}.
 set -euo pipefail
 
 VERSITYGW_VERSION=v1.8.0
 TERRAFORM_VERSION=v1.5.7
+KUBERNETES_VERSION=v1.34.4
+ETCD_VERSION=v3.6.16
 
 cache="${SLESS_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sless-tools}"
 
@@ -29,21 +34,28 @@ if [[ "${1:-}" == --cached ]]; then
 	shift
 fi
 
+# build_locked DIR NAME: call before building NAME into DIR: exits 3 under
+# --cached, else takes DIR's build lock (fd 9), so that test binaries that ask
+# for a tool at once build it once; the caller checks again for the binary,
+# which another may have built meanwhile, and closes fd 9.
+build_locked() {
+	local dir=$1 name=$2
+	if $cached_only; then
+		log "$name is not built yet; run hack/tools.sh $name"
+		exit 3
+	fi
+	mkdir -p "$dir"
+	exec 9>"$dir/build.lock"
+	flock 9
+}
+
 # go_install PKG VERSION NAME: install PKG@VERSION into $cache/NAME-VERSION/bin.
 go_install() {
 	local pkg=$1 version=$2 name=$3
 	local dir="$cache/$name-$version"
 	local bin="$dir/bin/$name"
 	if [[ ! -x "$bin" ]]; then
-		if $cached_only; then
-			log "$name $version is not built yet; run hack/tools.sh $name"
-			exit 3
-		fi
-		mkdir -p "$dir"
-		# Test binaries run in parallel and may all ask for the tool at once:
-		# one builds, the others wait for it rather than build it again.
-		exec 9>"$dir/build.lock"
-		flock 9
+		build_locked "$dir" "$name"
 		if [[ ! -x "$bin" ]]; then
 			log "building $name $version (first run only; takes a few minutes)"
 			local tmp
@@ -58,6 +70,56 @@ go_install() {
 	echo "$bin"
 }
 
+# envtest: kube-apiserver and etcd from the Go module proxy. Neither installs
+# with `go install` (their modules have replace directives), so each is
+# built in a scratch module: kube-apiserver with every staging module of
+# k8s.io/kubernetes replaced by its published version (but the two sample
+# modules, which the proxy does not serve and nothing needs), etcd as a
+# plain dependency. The result is cached by version.
+envtest() {
+	local dir="$cache/envtest-$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
+	local bin="$dir/bin"
+	if [[ ! -x "$bin/kube-apiserver" || ! -x "$bin/etcd" ]]; then
+		build_locked "$dir" envtest
+		if [[ ! -x "$bin/kube-apiserver" || ! -x "$bin/etcd" ]]; then
+			log "building kube-apiserver $KUBERNETES_VERSION and etcd $ETCD_VERSION (first run only; ~15 minutes on 2 cores)"
+			local src="$dir/src" k8s_mod minor=${KUBERNETES_VERSION#v1.}
+			minor=${minor%%.*}
+			rm -rf "$src" && mkdir -p "$src/apiserver" "$src/etcd" "$dir/tmp"
+			k8s_mod=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" |
+				sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+			{
+				echo "module sless.kube5s.ru/tools/kube-apiserver"
+				grep -E '^(go|godebug) ' "$k8s_mod"
+				echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+				grep -E '^[[:space:]]*k8s\.io/[a-z0-9-]+ => \./staging/' "$k8s_mod" | awk '{print $1}' |
+					grep -vE '^k8s\.io/sample-(cli-plugin|controller)$' |
+					while read -r m; do echo "replace $m => $m v0.${KUBERNETES_VERSION#v1.}"; done
+			} >"$src/apiserver/go.mod"
+			(
+				cd "$src/apiserver"
+				GOFLAGS=-mod=mod go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" >&2
+				CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o "$dir/tmp/kube-apiserver" -ldflags "-s -w \
+					-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION \
+					-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
+					-X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION" \
+					k8s.io/kubernetes/cmd/kube-apiserver >&2
+			)
+			printf 'module sless.kube5s.ru/tools/etcd\ngo 1.24\n' >"$src/etcd/go.mod"
+			(
+				cd "$src/etcd"
+				GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
+				CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o "$dir/tmp/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3 >&2
+			)
+			mkdir -p "$bin"
+			mv "$dir/tmp/kube-apiserver" "$dir/tmp/etcd" "$bin/"
+			rm -rf "$dir/tmp" "$src"
+		fi
+		exec 9>&-
+	fi
+	echo "$bin"
+}
+
 case "${1:-}" in
 versitygw)
 	go_install github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION" versitygw
@@ -65,8 +127,11 @@ versitygw)
 terraform)
 	go_install github.com/hashicorp/terraform "$TERRAFORM_VERSION" terraform
 	;;
+envtest)
+	envtest
+	;;
 *)
-	echo "usage: hack/tools.sh [--cached] versitygw|terraform" >&2
+	echo "usage: hack/tools.sh [--cached] versitygw|terraform|envtest" >&2
 	exit 2
 	;;
 esac
