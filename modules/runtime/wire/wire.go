@@ -27,9 +27,12 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/dustin/go-humanize"
+	"golang.org/x/sys/unix"
 
+	"sless.kube5s.ru/sless/internal/rawio"
 	"sless.kube5s.ru/sless/modules/runtime"
 )
 
@@ -98,6 +101,7 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, runtime.Errorf(runtime.ErrCrashed, "the instance could not be reached", fmt.Errorf("%w: connecting to the instance: %w", runtime.ErrNotSent, err))
 	}
+	nc = rawio.Wrap(nc)
 	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, bufSize), bw: bufio.NewWriterSize(nc, bufSize)}, nil
 }
 
@@ -144,8 +148,12 @@ func peerClosed(cn *conn) bool {
 	closed := false
 	raw.Read(func(fd uintptr) bool {
 		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		closed = n > 0 || (n == 0 && err == nil) || (err != nil && err != syscall.EAGAIN)
+		// A raw call, as rawio's reads: it never blocks.
+		// Any answer but "nothing to read" (bytes, the end of the stream,
+		// an error) means the connection cannot take a request.
+		_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		closed = errno != unix.EAGAIN
 		return true
 	})
 	return closed

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"sless.kube5s.ru/sless/internal/rawio"
 	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
@@ -33,11 +34,12 @@ type conn struct {
 
 func newConn(f *Front, c net.Conn) *conn {
 	cn := &conn{f: f, rwc: c, remote: c.RemoteAddr().String()}
-	cn.r.conn = c
+	raw := rawio.Wrap(c)
+	cn.r.conn = raw
 	cn.br = readers.Get().(*bufio.Reader)
 	cn.br.Reset(&cn.r)
 	cn.bw = writers.Get().(*bufio.Writer)
-	cn.bw.Reset(c)
+	cn.bw.Reset(raw)
 	return cn
 }
 

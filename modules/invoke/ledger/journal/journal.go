@@ -37,6 +37,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"sless.kube5s.ru/sless/internal/rawio"
 )
 
 // Defaults of Options.
@@ -255,7 +257,7 @@ func (j *Journal) Append(payload []byte) error {
 	j.buf = binary.LittleEndian.AppendUint32(j.buf[:0], uint32(len(payload)))
 	j.buf = binary.LittleEndian.AppendUint32(j.buf, crc32.Checksum(payload, castagnoli))
 	j.buf = append(j.buf, payload...)
-	if _, err := j.f.Write(j.buf); err != nil {
+	if _, err := rawio.WriteFile(j.f, j.buf); err != nil {
 		// A short write (a full disk) must not stay in front of the next
 		// frame.
 		if terr := j.f.Truncate(j.size); terr != nil {
