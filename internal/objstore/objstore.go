@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
@@ -192,24 +193,18 @@ func (s *Store[Spec, Status]) UpdateSpec(ctx context.Context, ns, name, function
 	if err != nil {
 		return nil, err
 	}
-	var out *Object[Spec, Status]
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Table(s.table).Where("namespace = ? AND name = ?", ns, name).Updates(map[string]any{
-			"spec": string(data), "function": function, "generation": gorm.Expr("generation + 1"), "updated_at": sqldb.Now()})
-		if res.Error != nil {
-			return fmt.Errorf("updating %s %s/%s: %w", s.kind, ns, name, res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return s.notFound(ns, name)
-		}
-		var r row
-		if err := tx.Table(s.table).Where("namespace = ? AND name = ?", ns, name).Take(&r).Error; err != nil {
-			return err
-		}
-		out, err = s.decode(&r)
-		return err
-	})
-	return out, err
+	// One statement, not a transaction of an UPDATE and a SELECT: see
+	// fnstore's update for the deadlock such a transaction can meet.
+	var out []row
+	res := s.tx(ctx).Model(&out).Clauses(clause.Returning{}).Where("namespace = ? AND name = ?", ns, name).Updates(map[string]any{
+		"spec": string(data), "function": function, "generation": gorm.Expr("generation + 1"), "updated_at": sqldb.Now()})
+	if res.Error != nil {
+		return nil, fmt.Errorf("updating %s %s/%s: %w", s.kind, ns, name, res.Error)
+	}
+	if len(out) == 0 {
+		return nil, s.notFound(ns, name)
+	}
+	return s.decode(&out[0])
 }
 
 // UpdateStatus replaces the status.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/functions"
@@ -220,27 +221,24 @@ func (s *Store) SetCode(ctx context.Context, key functions.Key, codeSHA256 strin
 }
 
 // update writes desired-state columns, increments the generation and returns
-// the function as stored, in one transaction.
+// the function as stored, in one statement (UPDATE ... RETURNING). Not a
+// transaction of an UPDATE and a SELECT: with gorm's prepared statements, a
+// transaction that holds SQLite's write lock can wait for a statement that
+// another goroutine prepares on the pool, whose connections are all held by
+// writers waiting for that lock, until the busy timeout fails them.
 func (s *Store) update(ctx context.Context, key functions.Key, cols map[string]any) (*functions.Function, error) {
 	cols["generation"] = gorm.Expr("generation + 1")
 	cols["updated_at"] = sqldb.Now()
-	var out *row
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Model(&row{}).Where("namespace = ? AND name = ?", key.Namespace, key.Name).Updates(cols)
-		if res.Error != nil {
-			return fmt.Errorf("updating function %s: %w", key, res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return fmt.Errorf("function %s: %w", key, functions.ErrNotFound)
-		}
-		var err error
-		out, err = s.get(tx, key)
-		return err
-	})
+	var out []row
+	err := s.db.WithContext(ctx).Model(&out).Clauses(clause.Returning{}).
+		Where("namespace = ? AND name = ?", key.Namespace, key.Name).Updates(cols).Error
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("updating function %s: %w", key, err)
 	}
-	return fromRow(out)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("function %s: %w", key, functions.ErrNotFound)
+	}
+	return fromRow(&out[0])
 }
 
 // UpdateStatus implements functions.Store.

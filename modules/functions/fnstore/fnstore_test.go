@@ -6,7 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
+
+	"gorm.io/gorm"
 
 	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/modules/functions"
@@ -28,6 +32,12 @@ func TestStorePostgres(t *testing.T) {
 
 func newStore(t testing.TB, url string) *fnstore.Store {
 	t.Helper()
+	_, s := newStoreDB(t, url)
+	return s
+}
+
+func newStoreDB(t testing.TB, url string) (*gorm.DB, *fnstore.Store) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db, _, err := sqldb.Open(url, log)
 	if err != nil {
@@ -41,7 +51,7 @@ func newStore(t testing.TB, url string) *fnstore.Store {
 	if err := sqldb.Migrate(context.Background(), db, fnstore.Migrations()); err != nil {
 		t.Fatalf("second migration: %v", err)
 	}
-	return fnstore.New(db)
+	return db, fnstore.New(db)
 }
 
 // A database of version 1 keeps serving its artifacts with the runtime and
@@ -101,6 +111,50 @@ func BenchmarkGet(b *testing.B) {
 	for b.Loop() {
 		if _, err := s.Get(ctx, key); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Writes and reads at once on a store whose prepared statements are new
+// never wait on each other. A write used to be a transaction of an UPDATE and
+// a SELECT; holding SQLite's write lock, it could wait for the SELECT that a
+// concurrent Get was preparing on the pool, while every pooled connection was
+// held by the transaction or by writers waiting for its lock (the server's
+// first deploys stalled for the 10 s busy timeout, then failed with
+// SQLITE_BUSY). One connection in the pool makes that wait happen on most
+// runs; the production pool of four meets it when three writers wait.
+func TestConcurrentWritesAndReadsOnNewStatements(t *testing.T) {
+	for round := range 20 {
+		db, s := newStoreDB(t, "sqlite:"+filepath.Join(t.TempDir(), fmt.Sprint("db", round)))
+		sqlDB, err := db.DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB.SetMaxOpenConns(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		k := functions.Key{Namespace: "ns", Name: "f"}
+		if _, err := s.Create(ctx, &functions.Function{Namespace: "ns", Name: "f", Spec: functions.Spec{Runtime: "python3.11"}}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for range 4 {
+			wg.Go(func() {
+				if _, err := s.SetCode(ctx, k, "abc"); err != nil {
+					errs <- fmt.Errorf("SetCode: %w", err)
+				}
+			})
+			wg.Go(func() {
+				if _, err := s.Get(ctx, k); err != nil {
+					errs <- fmt.Errorf("Get: %w", err)
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: %v (want every call to finish within 5 s)", round, err)
 		}
 	}
 }

@@ -91,6 +91,13 @@ func Open(rawURL string, log *slog.Logger) (*gorm.DB, Dialect, error) {
 		f.Close()
 		// Preparing a statement costs SQLite about as much as running it
 		// (fnstore's BenchmarkGet); PostgreSQL's driver caches its own.
+		//
+		// With gorm's statement cache, a gorm transaction on SQLite can
+		// deadlock: holding the write lock, it waits for a statement that
+		// another goroutine is preparing on the pool, while the pool's
+		// connections are held by writers waiting for that lock. So no
+		// store runs a gorm transaction on SQLite: a write is one statement
+		// (UPDATE ... RETURNING), and the ledger's batches use database/sql.
 		cfg.PrepareStmt, cfg.PrepareStmtMaxSize = true, 256
 		db, err = gorm.Open(sqlite.Open(sqliteDSN(dsn)), cfg)
 	case Postgres:
