@@ -238,10 +238,10 @@ func platformEnv(t *runtime.Target) []corev1.EnvVar {
 // connections to the wrapper's port from sless's pods (o.ControlPlane) and
 // from nothing else; with public egress, they may connect to the cluster's
 // DNS (o.DNS) on port 53 and to public addresses only: never to
-// runtime.DeniedPrefixes, nor to an IPv6 range that embeds an IPv4 address
-// (a NetworkPolicy cannot look into the embedded address, so the whole
-// range is denied), which also keeps them from other pods and Services on
-// private addresses.
+// runtime.DeniedPrefixes, nor to an IPv6 range that routes to an embedded
+// IPv4 address (a NetworkPolicy cannot look into the embedded address, so
+// the whole range is denied), which also keeps them from other pods and
+// Services on private addresses.
 func MakeNetworkPolicy(t *runtime.Target, o Options) *networkingv1.NetworkPolicy {
 	o = o.defaults()
 	np := &networkingv1.NetworkPolicy{
@@ -278,9 +278,11 @@ func MakeNetworkPolicy(t *runtime.Target, o Options) *networkingv1.NetworkPolicy
 	return np
 }
 
-// embeddingPrefixes are the IPv6 ranges that carry an IPv4 address:
-// IPv4-mapped, NAT64 and 6to4.
-var embeddingPrefixes = []string{"::ffff:0:0/96", "64:ff9b::/96", "2002::/16"}
+// embeddingPrefixes are the IPv6 ranges that carry an IPv4 address that
+// packets reach: NAT64 and 6to4. (An IPv4-mapped address is a socket's way
+// to name an IPv4 address: its packets are IPv4, which the IPv4 block
+// judges.)
+var embeddingPrefixes = []string{"64:ff9b::/96", "2002::/16"}
 
 // peer selects p's pods.
 func peer(p Peer) networkingv1.NetworkPolicyPeer {
