@@ -20,7 +20,9 @@
 //     public egress (runtime.EgressPublic) lets them reach only the
 //     cluster's DNS and public addresses;
 //   - the function's env is in a Secret of its own, not in the Deployment;
-//   - replicas: see Replicas.
+//   - replicas: min_instances, but at least one while nothing in the cluster
+//     mode starts a pod for an invocation, and none while suspended (all
+//     http triggers disabled), scaled in place.
 //
 // Instances is the data-plane side until the cluster mode routes
 // invocations to pods: it refuses them with runtime.ErrUnavailable.
@@ -28,6 +30,7 @@ package kube
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -109,7 +112,7 @@ func (o Options) defaults() Options {
 // check reports the first invalid setting of o (after defaults).
 func (o Options) check() error {
 	if len(o.ImagePullSecret) > 0 && !json.Valid(o.ImagePullSecret) {
-		return fmt.Errorf("image pull secret: not a docker config.json (invalid JSON)")
+		return errors.New("image pull secret: not a docker config.json (invalid JSON)")
 	}
 	if o.RuntimeClassName != "" {
 		if errs := k8svalidation.IsDNS1123Subdomain(o.RuntimeClassName); len(errs) > 0 {
@@ -135,7 +138,7 @@ func (p Peer) check() error {
 	}
 	if len(p.Labels) == 0 {
 		// An empty selector would admit every pod of the namespace.
-		return fmt.Errorf("no labels select the pods")
+		return errors.New("no labels select the pods")
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
 		v := p.Labels[k]
