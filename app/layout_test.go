@@ -23,6 +23,7 @@ func TestImplementationsArePickedInApp(t *testing.T) {
 		"modules/build/local":     {"app", "bench"},
 		"modules/build/crane":     {"app", "cli", "bench"},
 		"modules/runtime/local":   {"app"},
+		"modules/runtime/kube":    {"app"},
 		"modules/runtime/wire":    {"modules/runtime/local"},
 		"modules/runtime/sandbox": {"app", "modules/runtime/local", "cmd/sless"}, // cmd/sless runs sandbox.Init
 		"modules/storage/blobfs":  {"app", "bench"},

@@ -51,6 +51,14 @@ func Service(fn string) string { return fit("fn-", fn, MaxLabel) }
 // EnvSecret is the name of the Secret that holds function fn's env.
 func EnvSecret(fn string) string { return fit("fn-env-", fn, MaxLabel) }
 
+// NetworkPolicy is the name of the NetworkPolicy of function fn's pods.
+func NetworkPolicy(fn string) string { return fit("fn-", fn, MaxLabel) }
+
+// ImagePullSecret is the name of the Secret, one per namespace, with the
+// credentials function pods pull their images with. The names of a
+// function's children start with "fn-", so none is the same.
+const ImagePullSecret = "sless-image-pull"
+
 // BuildJob is the name of the Job that builds function fn's code whose
 // build key is key (any string, such as a hex digest).
 func BuildJob(fn, key string) string { return fit("build-", fn+"-"+shortHash(key), MaxLabel) }

@@ -22,6 +22,7 @@ func derived(name string) []struct {
 		{"Deployment", Deployment(name), MaxLabel},
 		{"Service", Service(name), MaxLabel},
 		{"EnvSecret", EnvSecret(name), MaxLabel},
+		{"NetworkPolicy", NetworkPolicy(name), MaxLabel},
 		{"BuildJob", BuildJob(name, strings.Repeat("ab", 32)), MaxLabel},
 		{"CronJob", CronJob(name), MaxCronJob},
 		{"Job", Job(name, 9223372036854775807), MaxLabel},
@@ -79,6 +80,7 @@ func TestNamesThatFitAreKept(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
 		{Deployment("hello"), "fn-hello"},
 		{Service("9lives"), "fn-9lives"},
+		{NetworkPolicy("hello"), "fn-hello"},
 		{CronJob("nightly"), "cron-nightly"},
 		{Job("import", 3), "job-import-3"},
 		{LabelValue(strings.Repeat("a", 63)), strings.Repeat("a", 63)},

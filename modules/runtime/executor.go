@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"sless.kube5s.ru/sless/modules/meta"
@@ -22,6 +23,11 @@ var (
 	// the interpreter is missing); its *Error's Public message says why.
 	ErrStart = errors.New("function instance failed to start")
 )
+
+// ErrUnavailable is returned (wrapped) by Instances.Acquire and Warm when the
+// executor cannot run invocations at all, whatever the function; its
+// *Error's Public message says why.
+var ErrUnavailable = errors.New("function instances are not available")
 
 // ErrUnsupported is returned (wrapped) by Deployer.Deploy when the executor
 // cannot run the target as specified (public egress where it cannot be
@@ -84,6 +90,34 @@ func ParseEgress(s string) (Egress, error) {
 		return e, nil
 	}
 	return "", fmt.Errorf("egress %q: want %s or %s", s, EgressAll, EgressPublic)
+}
+
+// DeniedPrefixes are the IPv4 and IPv6 ranges that EgressPublic denies
+// everywhere: what reaches the host itself, a private or link-local network
+// (where cloud metadata services answer), or no single host at all. An
+// executor also denies the IPv4 ranges in their IPv4-mapped (::ffff:0:0/96),
+// NAT64 (64:ff9b::/96) and 6to4 (2002::/16) forms, and what else reaches its
+// own hosts. The documentation ranges (192.0.2.0/24, 198.51.100.0/24,
+// 203.0.113.0/24, 2001:db8::/32) are not denied: they are assigned to
+// nobody, so denying them protects nothing.
+var DeniedPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),      // "this network": 0.0.0.0 reaches the host
+	netip.MustParsePrefix("10.0.0.0/8"),     // private
+	netip.MustParsePrefix("100.64.0.0/10"),  // shared address space (carrier-grade NAT, VPN overlays)
+	netip.MustParsePrefix("127.0.0.0/8"),    // loopback
+	netip.MustParsePrefix("169.254.0.0/16"), // link-local, cloud metadata (169.254.169.254)
+	netip.MustParsePrefix("172.16.0.0/12"),  // private
+	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
+	netip.MustParsePrefix("192.168.0.0/16"), // private
+	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking, used by proxies for internal addresses
+	netip.MustParsePrefix("224.0.0.0/4"),    // multicast
+	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, and the broadcast address
+	netip.MustParsePrefix("::/96"),          // unspecified, loopback, IPv4-compatible
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("fc00::/7"),       // unique local
+	netip.MustParsePrefix("fec0::/10"),      // site-local (deprecated)
+	netip.MustParsePrefix("fe80::/10"),      // link-local
+	netip.MustParsePrefix("ff00::/8"),       // multicast
 }
 
 // An executor runs function instances: local processes in the embedded

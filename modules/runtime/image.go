@@ -25,6 +25,10 @@ const (
 	ImageUser = "65532:65532"
 	// ImagePort is the TCP port the wrapper listens on, on every address.
 	ImagePort = 8080
+	// ImageHealthPath is the wrapper's health endpoint on ImagePort: it
+	// answers 200 to a GET once the handler is loaded, which in the
+	// --code-dir mode is as soon as the port accepts connections.
+	ImageHealthPath = "/_sless/health"
 )
 
 // ImageLayout is what one runtime's images hold besides the common layout.

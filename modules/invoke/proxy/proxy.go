@@ -478,6 +478,9 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		writeError(c.w, http.StatusServiceUnavailable, msg)
 	case errors.Is(err, runtime.ErrStart):
 		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+runtime.PublicMessage(err, "the server log has the details"))
+	case errors.Is(err, runtime.ErrUnavailable):
+		p.fail(c, rec, http.StatusServiceUnavailable, fmt.Sprintf("function %q cannot run: %s", c.name,
+			runtime.PublicMessage(err, "this server runs no function instances")))
 	case ctx.Err() != nil:
 		rec.StatusCode, rec.Error = 499, "the client closed the request while it waited for an instance"
 	default:

@@ -17,38 +17,13 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
-)
 
-// DeniedPrefixes are the IPv4 and IPv6 ranges that public egress
-// (runtime.EgressPublic) denies: what reaches the host itself, a private or
-// link-local network (where cloud metadata services answer), or no single
-// host at all. IPv4 ranges are denied
-// in their IPv4-mapped (::ffff:0:0/96), NAT64 (64:ff9b::/96) and 6to4
-// (2002::/16) forms too. The documentation ranges (192.0.2.0/24,
-// 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32) are not denied: they are
-// assigned to nobody, so denying them protects nothing.
-var DeniedPrefixes = mustPrefixes(
-	"0.0.0.0/8",      // "this network": 0.0.0.0 reaches the host
-	"10.0.0.0/8",     // private
-	"100.64.0.0/10",  // shared address space (carrier-grade NAT, VPN overlays)
-	"127.0.0.0/8",    // loopback
-	"169.254.0.0/16", // link-local, cloud metadata (169.254.169.254)
-	"172.16.0.0/12",  // private
-	"192.0.0.0/24",   // IETF protocol assignments
-	"192.168.0.0/16", // private
-	"198.18.0.0/15",  // benchmarking, used by proxies for internal addresses
-	"224.0.0.0/4",    // multicast
-	"240.0.0.0/4",    // reserved, and the broadcast address
-	"::/96",          // unspecified, loopback, IPv4-compatible
-	"64:ff9b:1::/48", // local-use NAT64
-	"fc00::/7",       // unique local
-	"fec0::/10",      // site-local (deprecated)
-	"fe80::/10",      // link-local
-	"ff00::/8",       // multicast
+	"sless.kube5s.ru/sless/modules/runtime"
 )
 
 // embeddings are the IPv6 prefixes that carry an IPv4 address at a byte
-// offset, and so reach that IPv4 address.
+// offset, and so reach that IPv4 address: the IPv4 ranges of
+// runtime.DeniedPrefixes are denied in these forms too.
 var embeddings = []struct {
 	prefix netip.Prefix
 	at     int
@@ -58,30 +33,22 @@ var embeddings = []struct {
 	{netip.MustParsePrefix("2002::/16"), 2},
 }
 
-func mustPrefixes(s ...string) []netip.Prefix {
-	out := make([]netip.Prefix, len(s))
-	for i, p := range s {
-		out[i] = netip.MustParsePrefix(p)
-	}
-	return out
-}
-
 // EgressPolicy is what public egress denies on one server.
 type EgressPolicy struct {
-	// Deny are the denied ranges: DeniedPrefixes and the host's own
+	// Deny are the denied ranges: runtime.DeniedPrefixes and the host's own
 	// addresses.
 	Deny []netip.Prefix
 	// DNS are the name servers that stay reachable on port 53, UDP and TCP.
 	DNS []netip.Addr
 }
 
-// HostEgressPolicy is DeniedPrefixes plus the addresses of the host's
+// HostEgressPolicy is runtime.DeniedPrefixes plus the addresses of the host's
 // network interfaces (which reach the host's services as loopback does),
 // with the name servers of resolvConf (usually /etc/resolv.conf) allowed on
 // port 53. Both are read once: an address the host gains later is not
 // denied.
 func HostEgressPolicy(resolvConf string) (EgressPolicy, error) {
-	p := EgressPolicy{Deny: slices.Clone(DeniedPrefixes)}
+	p := EgressPolicy{Deny: slices.Clone(runtime.DeniedPrefixes)}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return p, fmt.Errorf("listing the host's addresses: %w", err)
@@ -128,7 +95,7 @@ func (p EgressPolicy) Describe() string {
 		dns[i] = a.String()
 	}
 	return fmt.Sprintf("loopback, private, link-local, shared, multicast and reserved ranges and the host's %d addresses denied, "+
-		"DNS to %s allowed", len(p.Deny)-len(DeniedPrefixes), strings.Join(dns, ", "))
+		"DNS to %s allowed", len(p.Deny)-len(runtime.DeniedPrefixes), strings.Join(dns, ", "))
 }
 
 // EgressFilter denies the destinations of an EgressPolicy to the processes

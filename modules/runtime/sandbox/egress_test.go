@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
 
@@ -132,7 +133,7 @@ func TestEgressFilterDeniesByTable(t *testing.T) {
 	}
 	policy := sandbox.EgressPolicy{
 		// 203.0.113.7 plays the host's own address.
-		Deny: append(append([]netip.Prefix{}, sandbox.DeniedPrefixes...), netip.MustParsePrefix("203.0.113.7/32")),
+		Deny: append(append([]netip.Prefix{}, runtime.DeniedPrefixes...), netip.MustParsePrefix("203.0.113.7/32")),
 		DNS:  []netip.Addr{netip.MustParseAddr("10.0.0.53"), netip.MustParseAddr("fd00::53")},
 	}
 	filter, err := sandbox.NewEgressFilter(policy)
