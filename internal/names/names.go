@@ -4,8 +4,14 @@
 // are made, so that every name the API accepts (see
 // validation.CheckName and validation.CheckNamespace) maps to valid objects:
 //
-//   - a namespace maps to the Kubernetes namespace of the same name (the
-//     API refuses the "kube-" prefix, which Kubernetes keeps for itself);
+//   - an API namespace maps to a Kubernetes namespace of its own,
+//     "sless-fn-" and its name, where its custom resources and their
+//     children live, as the first deployment of sless kept function
+//     workloads apart: the cluster's own namespaces ("default",
+//     "kube-system", sless's own "sless") are never a tenant's, whatever
+//     the tenant is called, and label NamespaceLabel on the namespace (and
+//     on the objects in it) gives the API namespace back when the name was
+//     shortened;
 //   - a child object's name is a fixed prefix and the API name, which makes
 //     it a DNS-1035 label (it starts with a letter, as a Service name must,
 //     even when the API name starts with a digit);
@@ -40,7 +46,12 @@ const (
 const hashLen = 10
 
 // Namespace is the Kubernetes namespace of the API namespace ns.
-func Namespace(ns string) string { return ns }
+func Namespace(ns string) string { return fit("sless-fn-", ns, MaxLabel) }
+
+// NamespaceLabel is the label whose value is the API namespace of a
+// Kubernetes namespace (and of the objects sless keeps in it); an API
+// namespace is a valid label value as it is.
+const NamespaceLabel = "sless.kube5s.ru/namespace"
 
 // Deployment is the name of the Deployment that runs function fn.
 func Deployment(fn string) string { return fit("fn-", fn, MaxLabel) }

@@ -58,6 +58,7 @@ func MakeNamespace(ns string) *corev1.Namespace {
 			Name: names.Namespace(ns),
 			Labels: map[string]string{
 				LabelManagedBy:                               ManagedBy,
+				names.NamespaceLabel:                         ns,
 				"pod-security.kubernetes.io/enforce":         podSecurityLevel,
 				"pod-security.kubernetes.io/enforce-version": "latest",
 				"pod-security.kubernetes.io/warn":            podSecurityLevel,

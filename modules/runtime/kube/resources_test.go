@@ -44,7 +44,7 @@ var fnLabels = map[string]string{"app.kubernetes.io/managed-by": "sless", "sless
 func deployment(mods ...func(*appsv1.Deployment)) *appsv1.Deployment {
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "fn-hello", Namespace: "team-a", Labels: fnLabels},
+		ObjectMeta: metav1.ObjectMeta{Name: "fn-hello", Namespace: "sless-fn-team-a", Labels: fnLabels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas:             ptr.To[int32](1),
 			Selector:             &metav1.LabelSelector{MatchLabels: map[string]string{"sless.kube5s.ru/function": "hello"}},
@@ -188,7 +188,7 @@ func TestMakeService(t *testing.T) {
 		target: target(),
 		want: &corev1.Service{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-			ObjectMeta: metav1.ObjectMeta{Name: "fn-hello", Namespace: "team-a", Labels: fnLabels},
+			ObjectMeta: metav1.ObjectMeta{Name: "fn-hello", Namespace: "sless-fn-team-a", Labels: fnLabels},
 			Spec: corev1.ServiceSpec{
 				Type:     corev1.ServiceTypeClusterIP,
 				Selector: map[string]string{"sless.kube5s.ru/function": "hello"},
@@ -200,7 +200,7 @@ func TestMakeService(t *testing.T) {
 		target: target(func(t *runtime.Target) { t.Namespace, t.Name = "b", "9lives" }),
 		want: &corev1.Service{
 			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-			ObjectMeta: metav1.ObjectMeta{Name: "fn-9lives", Namespace: "b",
+			ObjectMeta: metav1.ObjectMeta{Name: "fn-9lives", Namespace: "sless-fn-b",
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/function": "9lives"}},
 			Spec: corev1.ServiceSpec{
 				Type:     corev1.ServiceTypeClusterIP,
@@ -232,7 +232,7 @@ func TestMakeEnvSecret(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			want := &corev1.Secret{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-				ObjectMeta: metav1.ObjectMeta{Name: "fn-env-hello", Namespace: "team-a", Labels: fnLabels},
+				ObjectMeta: metav1.ObjectMeta{Name: "fn-env-hello", Namespace: "sless-fn-team-a", Labels: fnLabels},
 				Type:       corev1.SecretTypeOpaque,
 				Data:       tc.want,
 			}
@@ -248,13 +248,19 @@ func TestMakeNamespace(t *testing.T) {
 	tests := []struct {
 		ns   string
 		want string
-	}{{"team-a", "team-a"}, {"0day", "0day"}}
+	}{
+		{"team-a", "sless-fn-team-a"},
+		{"0day", "sless-fn-0day"},
+		{"default", "sless-fn-default"},
+		{strings.Repeat("a", 63), "sless-fn-" + strings.Repeat("a", 43) + "-7d3e74a05d"},
+	}
 	for _, tc := range tests {
 		t.Run(tc.ns, func(t *testing.T) {
 			want := &corev1.Namespace{
 				TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 				ObjectMeta: metav1.ObjectMeta{Name: tc.want, Labels: map[string]string{
 					"app.kubernetes.io/managed-by":               "sless",
+					"sless.kube5s.ru/namespace":                  tc.ns,
 					"pod-security.kubernetes.io/enforce":         "restricted",
 					"pod-security.kubernetes.io/enforce-version": "latest",
 					"pod-security.kubernetes.io/warn":            "restricted",
@@ -280,7 +286,7 @@ func TestMakePullSecret(t *testing.T) {
 		{"none configured, none made", Options{}, nil},
 		{"the docker config, in the tenant namespace", Options{ImagePullSecret: cfg}, &corev1.Secret{
 			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-			ObjectMeta: metav1.ObjectMeta{Name: "sless-image-pull", Namespace: "team-a",
+			ObjectMeta: metav1.ObjectMeta{Name: "sless-image-pull", Namespace: "sless-fn-team-a",
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "sless"}},
 			Type: corev1.SecretTypeDockerConfigJson,
 			Data: map[string][]byte{".dockerconfigjson": cfg},
@@ -300,7 +306,7 @@ func TestMakePullSecret(t *testing.T) {
 func networkPolicy(mods ...func(*networkingv1.NetworkPolicy)) *networkingv1.NetworkPolicy {
 	np := &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: "fn-hello", Namespace: "team-a", Labels: fnLabels},
+		ObjectMeta: metav1.ObjectMeta{Name: "fn-hello", Namespace: "sless-fn-team-a", Labels: fnLabels},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"sless.kube5s.ru/function": "hello"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
