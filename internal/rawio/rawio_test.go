@@ -130,16 +130,20 @@ func TestWrapWithoutDescriptor(t *testing.T) {
 	}
 }
 
-func TestWriteFile(t *testing.T) {
+func TestFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	w, err := rawio.NewFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range []string{"one ", "two"} {
-		if n, err := rawio.WriteFile(f, []byte(s)); err != nil || n != len(s) {
-			t.Fatalf("WriteFile(%q) = %d, %v", s, n, err)
+		if n, err := w.Write([]byte(s)); err != nil || n != len(s) {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
 		}
 	}
 	if b, _ := os.ReadFile(path); string(b) != "one two" {
@@ -151,9 +155,53 @@ func TestWriteFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	_, err = rawio.WriteFile(ro, []byte("x"))
+	rw, err := rawio.NewFile(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rw.Write([]byte("x"))
 	var pe *os.PathError
 	if !errors.As(err, &pe) || !errors.Is(err, syscall.EBADF) {
-		t.Fatalf("WriteFile to a read-only file = %v, want a *os.PathError with EBADF", err)
+		t.Fatalf("Write to a read-only file = %v, want a *os.PathError with EBADF", err)
+	}
+}
+
+func TestIdle(t *testing.T) {
+	c, peer := pair(t, "unix")
+	rc := c.(*rawio.Conn)
+	if !rc.Idle() {
+		t.Fatal("Idle() = false on a quiet connection, want true")
+	}
+	peer.Write([]byte("x"))
+	deadline := time.Now().Add(5 * time.Second)
+	for rc.Idle() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if rc.Idle() {
+		t.Fatal("Idle() = true with a byte to read, want false")
+	}
+	buf := make([]byte, 1)
+	if n, err := c.Read(buf); n != 1 || buf[0] != 'x' {
+		t.Fatalf("the peek consumed the byte: Read = %d, %v, %q", n, err, buf)
+	}
+	peer.Close()
+	for rc.Idle() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if rc.Idle() {
+		t.Fatal("Idle() = true after the peer closed, want false")
+	}
+}
+
+// Reads and writes allocate nothing: they run on every /fn request.
+func TestNoAllocations(t *testing.T) {
+	c, peer := pair(t, "tcp")
+	go io.Copy(peer, peer) // echo
+	msg, buf := []byte("hello"), make([]byte, 5)
+	if allocs := testing.AllocsPerRun(100, func() {
+		c.Write(msg)
+		io.ReadFull(c, buf)
+	}); allocs != 0 {
+		t.Errorf("a Write and a Read allocate %v objects, want 0", allocs)
 	}
 }

@@ -27,10 +27,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/dustin/go-humanize"
-	"golang.org/x/sys/unix"
 
 	"sless.kube5s.ru/sless/internal/rawio"
 	"sless.kube5s.ru/sless/modules/runtime"
@@ -137,26 +135,8 @@ func peerClosed(cn *conn) bool {
 	if cn.br.Buffered() > 0 {
 		return true
 	}
-	sc, ok := cn.Conn.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	closed := false
-	raw.Read(func(fd uintptr) bool {
-		var b [1]byte
-		// A raw call, as rawio's reads: it never blocks.
-		// Any answer but "nothing to read" (bytes, the end of the stream,
-		// an error) means the connection cannot take a request.
-		_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
-			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		closed = errno != unix.EAGAIN
-		return true
-	})
-	return closed
+	rc, ok := cn.Conn.(*rawio.Conn)
+	return ok && !rc.Idle()
 }
 
 // Do sends inv and writes the instance's response to w. See runtime.Lease.

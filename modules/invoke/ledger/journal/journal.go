@@ -101,8 +101,10 @@ type Journal struct {
 	log  *slog.Logger
 
 	mu sync.Mutex
-	// f is the segment being appended to, seg its number, size its length.
+	// f is the segment being appended to, w its raw writer (an append is on
+	// an invocation's path), seg its number, size its length.
 	f      *os.File
+	w      *rawio.File
 	seg    uint64
 	size   int64
 	buf    []byte
@@ -220,7 +222,12 @@ func (j *Journal) openSegment(seq uint64) error {
 	if err != nil {
 		return fmt.Errorf("creating an invocation journal segment: %w", err)
 	}
-	j.f, j.seg, j.size = f, seq, 0
+	w, err := rawio.NewFile(f)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("creating an invocation journal segment: %w", err)
+	}
+	j.f, j.w, j.seg, j.size = f, w, seq, 0
 	j.sizes[seq] = 0
 	return nil
 }
@@ -257,7 +264,7 @@ func (j *Journal) Append(payload []byte) error {
 	j.buf = binary.LittleEndian.AppendUint32(j.buf[:0], uint32(len(payload)))
 	j.buf = binary.LittleEndian.AppendUint32(j.buf, crc32.Checksum(payload, castagnoli))
 	j.buf = append(j.buf, payload...)
-	if _, err := rawio.WriteFile(j.f, j.buf); err != nil {
+	if _, err := j.w.Write(j.buf); err != nil {
 		// A short write (a full disk) must not stay in front of the next
 		// frame.
 		if terr := j.f.Truncate(j.size); terr != nil {
