@@ -2,14 +2,12 @@ package testenv
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -72,42 +70,22 @@ var versitygwBinary struct {
 	err  error
 }
 
-// errNotBuilt means hack/tools.sh --cached found no versitygw binary.
-var errNotBuilt = errors.New("versitygw is not built; run hack/tools.sh versitygw")
-
 // versitygw returns the path of the versitygw binary, or ends t.
 func versitygw(t testing.TB) string {
 	t.Helper()
 	build := Required(t)
 	root := RepoRoot(t)
 	b := &versitygwBinary
-	b.once.Do(func() { b.path, b.err = findVersitygw(t, root, build) })
+	b.once.Do(func() {
+		if build {
+			t.Logf("hack/tools.sh versitygw: building versitygw unless cached (minutes on the first run)")
+		}
+		b.path, b.err = Tool(root, "versitygw", build)
+	})
 	if b.err != nil {
 		Unavailable(t, "S3 server: %v", b.err)
 	}
 	return b.path
-}
-
-// findVersitygw asks hack/tools.sh for the binary, building it if build is
-// set.
-func findVersitygw(t testing.TB, root string, build bool) (string, error) {
-	args := []string{"--cached", "versitygw"}
-	if build {
-		args = args[1:]
-		t.Logf("hack/tools.sh versitygw: building versitygw unless cached (minutes on the first run)")
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(root, "hack", "tools.sh"), args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exitErr *exec.ExitError
-	if !build && errors.As(err, &exitErr) && exitErr.ExitCode() == 3 { // --cached: not built
-		return "", errNotBuilt
-	}
-	if err != nil {
-		return "", fmt.Errorf("hack/tools.sh %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
-	}
-	return strings.TrimSpace(stdout.String()), nil
 }
 
 // versitygwRegion is the region the test servers sign for (versitygw's

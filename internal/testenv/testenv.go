@@ -16,7 +16,10 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -65,18 +68,55 @@ func Unavailable(t testing.TB, format string, args ...any) {
 // package's directory, so this finds hack/ scripts and shared test data.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
+	root, err := FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// FindRepoRoot is RepoRoot for code that has no test to end, such as
+// TestMain.
+func FindRepoRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		t.Fatalf("find repository root: %v", err)
+		return "", fmt.Errorf("find repository root: %w", err)
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(data) == ModulePath {
-			return dir
+			return dir, nil
 		}
 		if dir == filepath.Dir(dir) {
-			t.Fatalf("find repository root: no go.mod of module %s at or above %s", ModulePath, wd)
+			return "", fmt.Errorf("find repository root: no go.mod of module %s at or above %s", ModulePath, wd)
 		}
 	}
+}
+
+// ErrToolNotBuilt means hack/tools.sh --cached found no build of a tool.
+var ErrToolNotBuilt = errors.New("not built")
+
+// Tool returns what `hack/tools.sh NAME` prints in the repository at root:
+// the path of the tool's binary, or of its directory. With build set it
+// builds the tool when it is not cached (minutes); without, it fails with
+// an error wrapping ErrToolNotBuilt, which names the command that builds
+// it.
+func Tool(root, name string, build bool) (string, error) {
+	args := []string{"--cached", name}
+	if build {
+		args = args[1:]
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(root, "hack", "tools.sh"), args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	if !build && errors.As(err, &exitErr) && exitErr.ExitCode() == 3 { // --cached: not built
+		return "", fmt.Errorf("%s is %w; run hack/tools.sh %s", name, ErrToolNotBuilt, name)
+	}
+	if err != nil {
+		return "", fmt.Errorf("hack/tools.sh %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	return strings.TrimSpace(stdout.String()), nil
 }
 
 // modulePath returns the module path declared in go.mod content, or "".
