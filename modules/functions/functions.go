@@ -147,7 +147,8 @@ type Condition struct {
 	Message string `json:"message,omitempty"`
 	// ObservedGeneration is the generation the condition was set for.
 	ObservedGeneration int64 `json:"observed_generation"`
-	// LastTransitionTime is when Status last changed.
+	// LastTransitionTime is when Status last changed, to the second at
+	// least (a Kubernetes condition keeps no more).
 	LastTransitionTime time.Time `json:"last_transition_time,omitzero"`
 }
 
@@ -224,9 +225,12 @@ type Store interface {
 	// Keys returns every function's key, for a resync after start-up and
 	// for finding the artifacts in use.
 	Keys(ctx context.Context) ([]Key, error)
-	// UpdateSpec replaces the spec and increments the generation.
+	// UpdateSpec replaces the spec and increments the generation when the
+	// spec changes. Whether the same spec increments it too is the store's
+	// choice (the SQL store's does, Kubernetes does not), as for SetCode.
 	UpdateSpec(ctx context.Context, key Key, spec Spec) (*Function, error)
-	// SetCode records an uploaded zip and increments the generation.
+	// SetCode records an uploaded zip and increments the generation when
+	// the code changes.
 	SetCode(ctx context.Context, key Key, codeSHA256 string) (*Function, error)
 	// UpdateStatus replaces the status.
 	UpdateStatus(ctx context.Context, key Key, status Status) error

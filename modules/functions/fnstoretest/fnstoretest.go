@@ -111,7 +111,8 @@ func Run(t *testing.T, newStore func(t *testing.T) functions.Store) {
 	})
 
 	// The status comes back whole, bookkeeping and conditions included, and
-	// spec and code writes leave it alone.
+	// spec and code writes leave it alone. Condition times are whole
+	// seconds: a Kubernetes condition (metav1.Condition) keeps no more.
 	t.Run("spec, code and status writes are independent", func(t *testing.T) {
 		s := newStore(t)
 		fn, err := s.Create(ctx, sample("default", "f"))
@@ -123,7 +124,7 @@ func Run(t *testing.T, newStore func(t *testing.T) functions.Store) {
 			ObservedGeneration: 1, Artifact: "/a", ArtifactRuntime: "python3.11", ArtifactHandler: "main.run", BuildKey: "k",
 			Conditions: []functions.Condition{
 				{Type: functions.ConditionBuildSucceeded, Status: functions.ConditionTrue, Reason: functions.ReasonBuilt,
-					ObservedGeneration: 1, LastTransitionTime: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)},
+					ObservedGeneration: 1, LastTransitionTime: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
 				{Type: functions.ConditionReady, Status: functions.ConditionFalse, Reason: functions.ReasonDeploying, Message: "m",
 					ObservedGeneration: 1, LastTransitionTime: time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)},
 			}}
