@@ -35,8 +35,10 @@ type Store interface {
 	// Keys returns every trigger's key, ordered, for a resync after
 	// start-up.
 	Keys(ctx context.Context) ([]Key, error)
-	// UpdateSpec replaces the spec and increments the generation, or fails
-	// with ErrNotFound.
+	// UpdateSpec replaces the spec and increments the generation when the
+	// spec changes, or fails with ErrNotFound. Whether the same spec
+	// increments it too is the store's choice (the SQL store's does,
+	// Kubernetes does not).
 	UpdateSpec(ctx context.Context, key Key, spec Spec) (*Trigger, error)
 	// UpdateStatus replaces the status, or fails with ErrNotFound; the
 	// generation is unchanged.
@@ -59,8 +61,8 @@ type JobStore interface {
 	ByFunction(ctx context.Context, namespace, function string) ([]*Job, error)
 	// Keys returns every job's key, ordered, for a resync after start-up.
 	Keys(ctx context.Context) ([]Key, error)
-	// UpdateSpec replaces the spec and increments the generation, or fails
-	// with ErrNotFound.
+	// UpdateSpec replaces the spec and increments the generation when the
+	// spec changes, or fails with ErrNotFound, as Store.UpdateSpec.
 	UpdateSpec(ctx context.Context, key Key, spec JobSpec) (*Job, error)
 	// UpdateStatus replaces the status, or fails with ErrNotFound; the
 	// generation is unchanged.

@@ -468,9 +468,12 @@ func mutate(spec any) {
 	}
 }
 
+// testConcurrent checks that no spec update is lost: each of them changes
+// the spec (the object starts with a spec none of them writes), so each
+// increments the generation.
 func testConcurrent[Spec, Status any](t *testing.T, k kind[Spec, Status]) {
-	o := mustCreate(t, k, key("default", "busy"), k.spec("hello", 0))
 	const n = 20
+	o := mustCreate(t, k, key("default", "busy"), k.spec("hello", n))
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
 	for i := range n {
