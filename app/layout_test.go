@@ -35,6 +35,10 @@ func TestImplementationsArePickedInApp(t *testing.T) {
 		"modules/invoke/ledger":     {"modules/invoke/invokefx"},
 		"internal/controller":       {"modules/functions/functionsfx", "modules/triggers/triggersfx"},
 		"modules/triggers/control":  {"modules/triggers/triggersfx"},
+		// The cluster mode's stores, and what they share.
+		"modules/functions/crstore": {"app"},
+		"modules/triggers/crstore":  {"app"},
+		"internal/kubestore":        {"modules/functions/crstore", "modules/triggers/crstore"},
 	}
 	gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
 	cmd := exec.Command(gobin, "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, mod+"...")
