@@ -58,3 +58,26 @@ func TestImplementationsArePickedInApp(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryLinksNoKubernetesClient keeps the Kubernetes client libraries
+// out of the sless binary: their package init (client-go's scheme, which
+// controller-runtime's client registers at init) doubles the CPU of every
+// start of the binary, and every instance of the embedded mode starts it
+// as its sandbox's init. See docs/architecture.md.
+func TestBinaryLinksNoKubernetesClient(t *testing.T) {
+	gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, "list", "-deps", "sless.kube5s.ru/sless/cmd/sless")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for pkg := range strings.Lines(string(out)) {
+		pkg = strings.TrimSpace(pkg)
+		for _, heavy := range []string{"sigs.k8s.io/controller-runtime/", "k8s.io/client-go/kubernetes", "k8s.io/api/"} {
+			if strings.HasPrefix(pkg, heavy) {
+				t.Errorf("cmd/sless links %s: the Kubernetes client libraries would make every start of the binary, and so every instance's sandbox-init, cost twice the CPU", pkg)
+			}
+		}
+	}
+}
