@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"sless.kube5s.ru/sless/api/v1alpha1"
+	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/internal/testenv/kubeenv"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/triggers"
@@ -217,5 +220,33 @@ func TestStatusIsASubresource(t *testing.T) {
 	}
 	if fn.Status.Phase != "Building" || fn.Generation != 2 {
 		t.Errorf("after a spec write: status phase %q, generation %d; want Building, 2", fn.Status.Phase, fn.Generation)
+	}
+}
+
+// TestDocExamples creates every object of docs/custom-resources.md's YAML
+// examples, so that the documentation shows objects the CRDs accept.
+func TestDocExamples(t *testing.T) {
+	env, ns := namespace(t)
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "docs", "custom-resources.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objects []string
+	for _, block := range strings.Split(string(doc), "```yaml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		objects = append(objects, strings.Split(block, "---\n")...)
+	}
+	if len(objects) < 5 {
+		t.Fatalf("found %d example objects; want one of each kind and trigger type", len(objects))
+	}
+	for _, y := range objects {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(y), &u.Object); err != nil {
+			t.Fatalf("example %q: %v", y, err)
+		}
+		u.SetNamespace(ns)
+		if err := env.Client.Create(ctx, &u); err != nil {
+			t.Errorf("creating the example %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
 	}
 }
