@@ -38,6 +38,7 @@ import (
 	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/internal/tail"
 	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/imagecode"
 	"sless.kube5s.ru/sless/modules/build/jobs"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/build/unzip"
@@ -232,7 +233,7 @@ func (b *Builder) Image(ctx context.Context, req build.Request) (build.Result, e
 	layout := ir.ImageLayout()
 	log := &tail.Buffer{Max: build.LogLimit}
 	var adds []mutate.Addendum
-	if hasDeps(code, layout) {
+	if imagecode.NeedsInstall(code, layout) {
 		l, err := b.depsLayer(ctx, ir, layout, code, base.layerType, log)
 		if err != nil {
 			return build.Result{}, err
