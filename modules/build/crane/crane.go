@@ -49,13 +49,6 @@ import (
 // so that images of an older builder are not reused.
 const layoutVersion = "sless-crane/v1"
 
-// Labels of every image.
-const (
-	LabelRuntime    = "ru.kube5s.sless.runtime"
-	LabelHandler    = "ru.kube5s.sless.handler"
-	LabelCodeSHA256 = "ru.kube5s.sless.code-sha256"
-)
-
 // Runtimes looks up runtime providers; *runtime.Registry implements it.
 type Runtimes interface {
 	Get(name string) (runtime.Provider, error)
@@ -278,9 +271,9 @@ func (b *Builder) image(base *baseImage, adds []mutate.Addendum, layout runtime.
 	if cfg.Labels == nil {
 		cfg.Labels = map[string]string{}
 	}
-	cfg.Labels[LabelRuntime] = req.Runtime
-	cfg.Labels[LabelHandler] = req.Handler
-	cfg.Labels[LabelCodeSHA256] = req.CodeSHA256
+	cfg.Labels[imagecode.LabelRuntime] = req.Runtime
+	cfg.Labels[imagecode.LabelHandler] = req.Handler
+	cfg.Labels[imagecode.LabelCodeSHA256] = req.CodeSHA256
 	if img, err = mutate.Config(img, cfg); err != nil {
 		return nil, err
 	}

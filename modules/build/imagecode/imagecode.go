@@ -19,6 +19,13 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime"
 )
 
+// Labels of every image the image builders make: what it was made of.
+const (
+	LabelRuntime    = "ru.kube5s.sless.runtime"
+	LabelHandler    = "ru.kube5s.sless.handler"
+	LabelCodeSHA256 = "ru.kube5s.sless.code-sha256"
+)
+
 // Epoch is every entry's modification time: an archive depends on its
 // content only.
 var Epoch = time.Unix(0, 0)
