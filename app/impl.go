@@ -10,6 +10,7 @@ import (
 
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/crane"
+	"sless.kube5s.ru/sless/modules/build/kaniko"
 	buildlocal "sless.kube5s.ru/sless/modules/build/local"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
@@ -132,7 +133,25 @@ func builderOptions(c Config, ch choices) fx.Option {
 			}),
 		)
 	case "kaniko":
-		return fx.Provide(notBuilt[build.Builder]("the kaniko builder"))
+		return fx.Module("build",
+			fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "build") }),
+			fx.Provide(func(lc fx.Lifecycle, blobs storage.Blobs, runtimes *runtime.Registry, log *slog.Logger) (build.Builder, error) {
+				contexts, err := kanikoContexts(c)
+				if err != nil {
+					return nil, err
+				}
+				kube, err := newKubeClient()
+				if err != nil {
+					return nil, fmt.Errorf("the kaniko builder: %w", err)
+				}
+				b, err := kaniko.New(kanikoConfig(c), kube, contexts, blobs, runtimes, log)
+				if err != nil {
+					return nil, err
+				}
+				lc.Append(fx.Hook{OnStart: b.Start, OnStop: b.Stop})
+				return b, nil
+			}),
+		)
 	}
 	return fx.Error(fmt.Errorf("unknown builder %q", ch.builder))
 }
@@ -143,6 +162,30 @@ func craneConfig(c Config) crane.Config {
 	return crane.Config{Repository: c.ImageRepository, BaseImages: bases, Insecure: c.ImageInsecure,
 		DockerConfig: c.ImageDockerConfig, Platform: c.ImagePlatform, CacheDir: filepath.Join(c.DataDir, "image-cache"),
 		Limits: c.BuildLimits, Timeout: c.BuildTimeout}
+}
+
+// kanikoConfig is the kaniko builder's part of c, which validate checked.
+func kanikoConfig(c Config) kaniko.Config {
+	bases, _ := parseBaseImages(c.ImageBaseImages)
+	return kaniko.Config{Namespace: c.KanikoNamespace, Repository: c.ImageRepository, BaseImages: bases,
+		Image: c.KanikoImage, FetchImage: c.KanikoFetchImage, RegistrySecret: c.KanikoRegistrySecret,
+		Insecure: c.ImageInsecure, Platform: c.ImagePlatform, CPU: c.KanikoCPU, Memory: c.KanikoMemory,
+		Limits: c.BuildLimits, Timeout: c.BuildTimeout, TempDir: filepath.Join(c.DataDir, "tmp")}
+}
+
+// kanikoContexts keeps the kaniko builder's build contexts in the bucket of
+// the blob store, which must be S3's: the build pods download them.
+func kanikoContexts(c Config) (*kaniko.S3Contexts, error) {
+	spec, err := parseBlobURL(&c)
+	if err != nil {
+		return nil, err
+	}
+	if spec.s3 == nil {
+		return nil, errors.New("the kaniko builder needs an s3:// blob URL (--blob-url): its build pods download the code from S3")
+	}
+	s3 := spec.s3
+	return kaniko.NewS3Contexts(kaniko.S3Config{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region,
+		AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, UseSSL: s3.UseSSL, PathStyle: s3.PathStyle})
 }
 
 // executorOptions provide both sides of the executor (runtime.Deployer and

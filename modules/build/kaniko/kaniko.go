@@ -69,6 +69,9 @@ const (
 	// MaxTimeout bounds the build timeout: the presigned URL of a build
 	// context is valid that long, and S3 signs URLs for at most a week.
 	MaxTimeout = 24 * time.Hour
+	// MinCPU and MinMemory are the least CPU and Memory a build gets.
+	MinCPU    = "100m"
+	MinMemory = "256Mi"
 	// defaultPoll is how often a running build's Job is read.
 	defaultPoll = 3 * time.Second
 )
@@ -195,10 +198,10 @@ func (c Config) Check() error {
 	if c.Platform != "linux/amd64" && c.Platform != "linux/arm64" {
 		return fmt.Errorf("image platform %q: want linux/amd64 or linux/arm64", c.Platform)
 	}
-	if err := CheckQuantity(c.CPU, "100m"); err != nil {
+	if err := CheckQuantity(c.CPU, MinCPU); err != nil {
 		return fmt.Errorf("kaniko CPU: %w", err)
 	}
-	if err := CheckQuantity(c.Memory, "256Mi"); err != nil {
+	if err := CheckQuantity(c.Memory, MinMemory); err != nil {
 		return fmt.Errorf("kaniko memory: %w", err)
 	}
 	if c.Timeout <= 0 || c.Timeout > MaxTimeout {
