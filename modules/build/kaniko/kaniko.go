@@ -223,14 +223,15 @@ func CheckImage(ref string) error {
 	return nil
 }
 
-// CheckQuantity reports why q is not a Kubernetes quantity of at least min.
-func CheckQuantity(q, min string) error {
+// CheckQuantity reports why q is not a Kubernetes quantity of at least
+// least.
+func CheckQuantity(q, least string) error {
 	v, err := resource.ParseQuantity(q)
 	if err != nil {
-		return fmt.Errorf("%q is not a quantity such as %s", q, min)
+		return fmt.Errorf("%q is not a quantity such as %s", q, least)
 	}
-	if v.Cmp(resource.MustParse(min)) < 0 {
-		return fmt.Errorf("%s is less than %s", q, min)
+	if v.Cmp(resource.MustParse(least)) < 0 {
+		return fmt.Errorf("%s is less than %s", q, least)
 	}
 	return nil
 }
