@@ -173,7 +173,7 @@ var settings = []setting{
 	{name: "image-platform", usage: "platform of the images the crane and kaniko builders make: linux/amd64 or linux/arm64"},
 	{name: "kaniko-namespace", usage: "Kubernetes namespace of the kaniko builder's Jobs, which needs the baseline Pod Security profile"},
 	{name: "kaniko-image", usage: "kaniko executor image of the kaniko builder, with a version tag or a digest"},
-	{name: "kaniko-fetch-image", usage: "image with curl that downloads a kaniko build's context, with a version tag or a digest"},
+	{name: "kaniko-fetch-image", usage: "image with curl on its PATH that downloads a kaniko build's context, with a version tag or a digest"},
 	{name: "kaniko-registry-secret", usage: "Secret of kaniko-namespace, of type kubernetes.io/dockerconfigjson, with the registries' credentials kaniko pushes and pulls with (default: none)"},
 	{name: "kaniko-cpu", usage: "CPU request of a kaniko build"},
 	{name: "kaniko-memory", usage: "memory request and limit of a kaniko build"},

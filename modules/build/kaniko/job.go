@@ -153,8 +153,9 @@ func MakeBuildJob(c Config, j BuildJob) *batchv1.Job {
 	fetch := corev1.Container{
 		Name:  fetchContainer,
 		Image: c.FetchImage,
-		Args: []string{"curl", "--fail", "--silent", "--show-error", "--retry", "3",
-			"--output", contextFile, j.ContextURL},
+		// curl from the PATH, whatever the image's entrypoint.
+		Command: []string{"curl"},
+		Args:    []string{"--fail", "--silent", "--show-error", "--retry", "3", "--output", contextFile, j.ContextURL},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},

@@ -77,8 +77,8 @@ func TestMakeBuildJob(t *testing.T) {
 	if got := fetch.Args[len(fetch.Args)-1]; got != testBuildJob().ContextURL {
 		t.Errorf("the download fetches %q, want the context's URL", got)
 	}
-	if !slices.Contains(fetch.Args, "--fail") || !slices.Contains(fetch.Args, contextFile) {
-		t.Errorf("download args %q: want --fail and the output %s", fetch.Args, contextFile)
+	if !slices.Equal(fetch.Command, []string{"curl"}) || !slices.Contains(fetch.Args, "--fail") || !slices.Contains(fetch.Args, contextFile) {
+		t.Errorf("download %q %q: want curl --fail with the output %s", fetch.Command, fetch.Args, contextFile)
 	}
 	wantArgs := []string{"--context=tar:///workspace/context.tar.gz", "--dockerfile=Dockerfile",
 		"--destination=registry.example.com/sless/functions:sless-1", "--digest-file=/dev/termination-log",

@@ -108,8 +108,8 @@ type Config struct {
 	// Image is kaniko's executor image, with a version tag or a digest
 	// (never latest). Default DefaultImage.
 	Image string
-	// FetchImage is an image with curl, which downloads the build context.
-	// Default DefaultFetchImage.
+	// FetchImage is an image with curl on its PATH, which downloads the
+	// build context. Default DefaultFetchImage.
 	FetchImage string
 	// RegistrySecret is a Secret in Namespace of type
 	// kubernetes.io/dockerconfigjson (an image pull secret) with the
