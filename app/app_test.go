@@ -19,7 +19,6 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"sless.kube5s.ru/sless/internal/discovery"
-	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/server"
@@ -63,9 +62,10 @@ func TestClusterGraph(t *testing.T) {
 		t.Errorf("starting the cluster mode: %v; want a refusal naming what is not built", err)
 	}
 	// Each contract the cluster mode implements differently is a stub of
-	// its own, not the embedded implementation. Its default builder, crane,
-	// is built (TestClusterModeBuildsWithCrane); kaniko is still a stub.
-	impl := implementations(cfg, "token-token-token-1", choose(cluster, "kaniko"))
+	// its own, not the embedded implementation. Its builders, crane and
+	// kaniko, are built (TestClusterModeBuildsWithCrane,
+	// TestClusterModeBuildsWithKaniko).
+	impl := implementations(cfg, "token-token-token-1", choose(cluster, ""))
 	for _, c := range []struct {
 		contract string
 		target   any
@@ -77,7 +77,6 @@ func TestClusterGraph(t *testing.T) {
 		{"triggers.JobStore", new(triggers.JobStore), "the store of function jobs as custom resources"},
 		{"triggers.ChangeNotifier", new(triggers.ChangeNotifier), "the controller-runtime driver of the trigger and job reconcilers"},
 		{"functions.Dependents", new(functions.Dependents), "the deletion of a function's triggers and jobs as custom resources"},
-		{"build.Builder", new(build.Builder), "the kaniko builder"},
 		{"runtime.Deployer", new(runtime.Deployer), "the Kubernetes executor"},
 		{"runtime.Instances", new(runtime.Instances), "the Kubernetes executor"},
 	} {

@@ -14,9 +14,11 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/pflag"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"sless.kube5s.ru/sless/internal/discovery"
+	kanikosettings "sless.kube5s.ru/sless/modules/build/kaniko/settings"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
 	"sless.kube5s.ru/sless/modules/runtime"
@@ -59,14 +61,14 @@ type Config struct {
 	// crane (images layered onto the runtime base images; the default there)
 	// or kaniko. Default: the mode's.
 	Builder string
-	// ImageRepository receives the crane builder's images, e.g.
-	// registry.example.com/sless/functions; required by it.
+	// ImageRepository receives the images of the crane and kaniko
+	// builders, e.g. registry.example.com/sless/functions; required by them.
 	ImageRepository string
 	// ImageBaseImages overrides base images, RUNTIME=REF pairs separated by
 	// commas; default: <registry of ImageRepository>/sless-runtime-<runtime>:<version>.
 	ImageBaseImages string
 	// ImageInsecure allows plain HTTP to the registries; default false
-	// (loopback registries always may use it).
+	// (loopback registries always may use it with crane).
 	ImageInsecure bool
 	// ImageDockerConfig is a docker config.json (an image pull secret's
 	// .dockerconfigjson) with the registries' credentials; default none.
@@ -74,6 +76,21 @@ type Config struct {
 	// ImagePlatform is the images' platform, linux/amd64 (default) or
 	// linux/arm64.
 	ImagePlatform string
+	// KanikoNamespace runs the kaniko builder's Jobs; default sless-builds.
+	KanikoNamespace string
+	// KanikoImage is kaniko's executor image, versioned; default
+	// kanikosettings.DefaultImage.
+	KanikoImage string
+	// KanikoFetchImage is an image with curl, which downloads a build's
+	// context; default kanikosettings.DefaultFetchImage.
+	KanikoFetchImage string
+	// KanikoRegistrySecret is a Secret of KanikoNamespace (type
+	// kubernetes.io/dockerconfigjson) with the registries' credentials
+	// kaniko uses; default none.
+	KanikoRegistrySecret string
+	// KanikoCPU and KanikoMemory are kaniko's CPU request and memory
+	// request and limit; defaults 1 and 2Gi.
+	KanikoCPU, KanikoMemory string
 	// IdleTimeout stops instances idle this long; default 5m.
 	IdleTimeout time.Duration
 	// Prestart is the number of generic processes kept ready per runtime;
@@ -149,11 +166,17 @@ var settings = []setting{
 	{name: "build-max-extracted-bytes", usage: "largest total size of the files in an upload"},
 	{name: "build-max-entries", usage: "most entries an upload may hold"},
 	{name: "builder", usage: "what builds uploads: local (the embedded mode's only builder) or, in the cluster mode, crane or kaniko (default: the mode's)"},
-	{name: "image-repository", usage: "repository the crane builder pushes function images to, e.g. registry.example.com/sless/functions"},
-	{name: "image-base-images", usage: "base images of the crane builder, RUNTIME=REF[,RUNTIME=REF...] (default: <registry of image-repository>/sless-runtime-<runtime>:<version>)"},
-	{name: "image-insecure", usage: "let the crane builder use plain HTTP with the registries (loopback ones always may)"},
+	{name: "image-repository", usage: "repository the crane and kaniko builders push function images to, e.g. registry.example.com/sless/functions"},
+	{name: "image-base-images", usage: "base images of the crane and kaniko builders, RUNTIME=REF[,RUNTIME=REF...] (default: <registry of image-repository>/sless-runtime-<runtime>:<version>)"},
+	{name: "image-insecure", usage: "let the crane and kaniko builders use plain HTTP with the registries (loopback ones always may with crane)"},
 	{name: "image-docker-config", usage: "docker config.json with the registries' credentials, as in an image pull secret (default: none)"},
-	{name: "image-platform", usage: "platform of the images the crane builder makes: linux/amd64 or linux/arm64"},
+	{name: "image-platform", usage: "platform of the images the crane and kaniko builders make: linux/amd64 or linux/arm64"},
+	{name: "kaniko-namespace", usage: "Kubernetes namespace of the kaniko builder's Jobs, which needs the baseline Pod Security profile"},
+	{name: "kaniko-image", usage: "kaniko executor image of the kaniko builder, with a version tag or a digest"},
+	{name: "kaniko-fetch-image", usage: "image with curl on its PATH that downloads a kaniko build's context, with a version tag or a digest"},
+	{name: "kaniko-registry-secret", usage: "Secret of kaniko-namespace, of type kubernetes.io/dockerconfigjson, with the registries' credentials kaniko pushes and pulls with (default: none)"},
+	{name: "kaniko-cpu", usage: "CPU request of a kaniko build"},
+	{name: "kaniko-memory", usage: "memory request and limit of a kaniko build"},
 	{name: "idle-timeout", usage: "instances idle this long stop, down to a function's min_instances"},
 	{name: "prestart", usage: "interpreters kept started per runtime in use, so that cold starts skip the interpreter's start (0: off)"},
 	{name: "queue-depth", usage: "most invocations of one function that wait for a free instance; more get 503"},
@@ -181,7 +204,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	lim := safezip.DefaultLimits()
 	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
-		ImagePlatform: "linux/amd64", JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
+		ImagePlatform: "linux/amd64", KanikoNamespace: "sless-builds", KanikoImage: kanikosettings.DefaultImage,
+		KanikoFetchImage: kanikosettings.DefaultFetchImage, KanikoCPU: kanikosettings.DefaultCPU, KanikoMemory: kanikosettings.DefaultMemory, JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
 		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256, InstanceEgress: "all",
 		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
@@ -194,6 +218,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"build-max-extracted-bytes": &cfg.BuildLimits.MaxExtractedBytes, "build-max-entries": &cfg.BuildLimits.MaxEntries,
 		"builder": &cfg.Builder, "image-repository": &cfg.ImageRepository, "image-base-images": &cfg.ImageBaseImages,
 		"image-insecure": &cfg.ImageInsecure, "image-docker-config": &cfg.ImageDockerConfig, "image-platform": &cfg.ImagePlatform,
+		"kaniko-namespace": &cfg.KanikoNamespace, "kaniko-image": &cfg.KanikoImage, "kaniko-fetch-image": &cfg.KanikoFetchImage,
+		"kaniko-registry-secret": &cfg.KanikoRegistrySecret, "kaniko-cpu": &cfg.KanikoCPU, "kaniko-memory": &cfg.KanikoMemory,
 		"idle-timeout": &cfg.IdleTimeout, "prestart": &cfg.Prestart, "queue-depth": &cfg.QueueDepth,
 		"max-request-bytes": &cfg.MaxRequestBytes, "max-result-bytes": &cfg.MaxResultBytes, "invocation-retention": &cfg.InvocationRetention,
 		"journal-sync": &cfg.JournalSync, "journal-max-bytes": &cfg.JournalMaxBytes,
@@ -385,6 +411,27 @@ func (c *Config) validate() error {
 	}
 	if !slices.Contains([]string{"linux/amd64", "linux/arm64"}, c.ImagePlatform) {
 		bad("image-platform", "%q is not one of linux/amd64, linux/arm64", c.ImagePlatform)
+	}
+	if errs := k8svalidation.IsDNS1123Label(c.KanikoNamespace); len(errs) > 0 {
+		bad("kaniko-namespace", "%q is not a namespace name: %s", c.KanikoNamespace, strings.Join(errs, "; "))
+	}
+	if err := kanikosettings.CheckImage(c.KanikoImage); err != nil {
+		bad("kaniko-image", "%v", err)
+	}
+	if err := kanikosettings.CheckImage(c.KanikoFetchImage); err != nil {
+		bad("kaniko-fetch-image", "%v", err)
+	}
+	if errs := k8svalidation.IsDNS1123Subdomain(c.KanikoRegistrySecret); c.KanikoRegistrySecret != "" && len(errs) > 0 {
+		bad("kaniko-registry-secret", "%q is not a Secret name: %s", c.KanikoRegistrySecret, strings.Join(errs, "; "))
+	}
+	if err := kanikosettings.CheckQuantity(c.KanikoCPU, kanikosettings.MinCPU); err != nil {
+		bad("kaniko-cpu", "%v", err)
+	}
+	if err := kanikosettings.CheckQuantity(c.KanikoMemory, kanikosettings.MinMemory); err != nil {
+		bad("kaniko-memory", "%v", err)
+	}
+	if c.Builder == "kaniko" && c.BuildTimeout > kanikosettings.MaxTimeout {
+		bad("build-timeout", "the kaniko builder allows at most %s", kanikosettings.MaxTimeout)
 	}
 	if c.IdleTimeout <= 0 {
 		bad("idle-timeout", "must be positive")

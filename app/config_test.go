@@ -31,7 +31,8 @@ func TestDefaults(t *testing.T) {
 	if cfg.Listen != "127.0.0.1:8080" || cfg.DataDir != "/xdg/sless" || cfg.DatabaseURL != "sqlite:/xdg/sless/sless.db" ||
 		cfg.BlobURL != "file:/xdg/sless/blobs" || cfg.BuildTimeout != 10*time.Minute ||
 		cfg.BuildLimits.MaxCompressedBytes != 50<<20 || cfg.BuildLimits.MaxExtractedBytes != 250<<20 || cfg.BuildLimits.MaxEntries != 10000 ||
-		cfg.InstanceEgress != "all" {
+		cfg.InstanceEgress != "all" || cfg.KanikoNamespace != "sless-builds" || cfg.KanikoImage != "gcr.io/kaniko-project/executor:v1.24.0" ||
+		cfg.KanikoCPU != "1" || cfg.KanikoMemory != "2Gi" || cfg.KanikoRegistrySecret != "" {
 		t.Errorf("defaults: %+v", cfg)
 	}
 }
@@ -74,6 +75,14 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 		{"unknown builder", []string{"--builder", "docker"}, nil, `builder (SLESS_BUILDER): "docker" is not one of local, crane, kaniko`},
 		{"bad base images", []string{"--image-base-images", "python3.11"}, nil, `image-base-images (SLESS_IMAGE_BASE_IMAGES): "python3.11" is not RUNTIME=REF`},
 		{"bad platform", []string{"--image-platform", "windows/amd64"}, nil, "image-platform (SLESS_IMAGE_PLATFORM)"},
+		{"bad kaniko namespace", []string{"--kaniko-namespace", "Builds"}, nil, `kaniko-namespace (SLESS_KANIKO_NAMESPACE): "Builds" is not a namespace name`},
+		{"kaniko latest", []string{"--kaniko-image", "gcr.io/kaniko-project/executor:latest"}, nil, "kaniko-image (SLESS_KANIKO_IMAGE): " +
+			`"gcr.io/kaniko-project/executor:latest": name a version`},
+		{"fetch image untagged", nil, map[string]string{"SLESS_KANIKO_FETCH_IMAGE": "curlimages/curl"}, "kaniko-fetch-image (SLESS_KANIKO_FETCH_IMAGE)"},
+		{"bad registry secret", []string{"--kaniko-registry-secret", "Push_Creds"}, nil, `kaniko-registry-secret (SLESS_KANIKO_REGISTRY_SECRET): "Push_Creds" is not a Secret name`},
+		{"bad kaniko cpu", []string{"--kaniko-cpu", "fast"}, nil, `kaniko-cpu (SLESS_KANIKO_CPU): "fast" is not a quantity`},
+		{"little kaniko memory", []string{"--kaniko-memory", "100Mi"}, nil, "kaniko-memory (SLESS_KANIKO_MEMORY): 100Mi is less than 256Mi"},
+		{"kaniko timeout", []string{"--builder", "kaniko", "--build-timeout", "25h"}, nil, "build-timeout (SLESS_BUILD_TIMEOUT): the kaniko builder allows at most 24h"},
 		{"bad webhook url", []string{"--auth-webhook-url", "idp.example:8443/review"}, nil, "auth-webhook-url (SLESS_AUTH_WEBHOOK_URL): \"idp.example:8443/review\" is not an http:// or https:// URL"},
 		{"zero webhook timeout", []string{"--auth-webhook-timeout", "0s"}, nil, "auth-webhook-timeout (SLESS_AUTH_WEBHOOK_TIMEOUT): must be positive"},
 		{"zero negative ttl", nil, map[string]string{"SLESS_AUTH_WEBHOOK_NEGATIVE_CACHE_TTL": "0s"}, "auth-webhook-negative-cache-ttl"},

@@ -132,7 +132,7 @@ func builderOptions(c Config, ch choices) fx.Option {
 			}),
 		)
 	case "kaniko":
-		return fx.Provide(notBuilt[build.Builder]("the kaniko builder"))
+		return kanikoBuilder(c)
 	}
 	return fx.Error(fmt.Errorf("unknown builder %q", ch.builder))
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"sless.kube5s.ru/sless/modules/build/crane"
 	"sless.kube5s.ru/sless/modules/build/crane/cranetest"
+	"sless.kube5s.ru/sless/modules/build/imagecode"
 	"sless.kube5s.ru/sless/modules/runtime/python"
 	"sless.kube5s.ru/sless/runtimes"
 )
@@ -69,7 +69,7 @@ func TestImageBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cf.Config.Labels[crane.LabelRuntime] != "python3.11" || len(cf.Config.Labels[crane.LabelCodeSHA256]) != 64 {
+	if cf.Config.Labels[imagecode.LabelRuntime] != "python3.11" || len(cf.Config.Labels[imagecode.LabelCodeSHA256]) != 64 {
 		t.Errorf("labels %v; want the runtime and the code's SHA-256", cf.Config.Labels)
 	}
 

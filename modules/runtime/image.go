@@ -77,3 +77,17 @@ type ImageRuntime interface {
 	// cannot be installed so fails with an error wrapping ErrNeedsBuild.
 	InstallImageDependencies(ctx context.Context, dir, platform string, env []string, out io.Writer) error
 }
+
+// DockerfileRuntime is implemented by image runtimes whose dependencies an
+// image build from a Dockerfile (the kaniko builder) installs inside the
+// image: with the image's own tools, running what the packages run to
+// install (native builds included), which InstallImageDependencies refuses
+// to do.
+type DockerfileRuntime interface {
+	// DockerfileInstall is the shell command of the Dockerfile's RUN step
+	// that installs the dependencies the DependencyFiles declare into
+	// DepsDir. It runs with /bin/sh, as root, in ImageCodeDir holding the
+	// code; has reports whether the code's root has a file (a lock file).
+	// The command leaves no cache of the tools in the image.
+	DockerfileInstall(has func(name string) bool) string
+}

@@ -38,6 +38,7 @@ import (
 	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/internal/tail"
 	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/imagecode"
 	"sless.kube5s.ru/sless/modules/build/jobs"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/build/unzip"
@@ -47,13 +48,6 @@ import (
 // layoutVersion changes when what the builder puts into an image changes,
 // so that images of an older builder are not reused.
 const layoutVersion = "sless-crane/v1"
-
-// Labels of every image.
-const (
-	LabelRuntime    = "ru.kube5s.sless.runtime"
-	LabelHandler    = "ru.kube5s.sless.handler"
-	LabelCodeSHA256 = "ru.kube5s.sless.code-sha256"
-)
 
 // Runtimes looks up runtime providers; *runtime.Registry implements it.
 type Runtimes interface {
@@ -232,7 +226,7 @@ func (b *Builder) Image(ctx context.Context, req build.Request) (build.Result, e
 	layout := ir.ImageLayout()
 	log := &tail.Buffer{Max: build.LogLimit}
 	var adds []mutate.Addendum
-	if hasDeps(code, layout) {
+	if imagecode.NeedsInstall(code, layout) {
 		l, err := b.depsLayer(ctx, ir, layout, code, base.layerType, log)
 		if err != nil {
 			return build.Result{}, err
@@ -277,9 +271,9 @@ func (b *Builder) image(base *baseImage, adds []mutate.Addendum, layout runtime.
 	if cfg.Labels == nil {
 		cfg.Labels = map[string]string{}
 	}
-	cfg.Labels[LabelRuntime] = req.Runtime
-	cfg.Labels[LabelHandler] = req.Handler
-	cfg.Labels[LabelCodeSHA256] = req.CodeSHA256
+	cfg.Labels[imagecode.LabelRuntime] = req.Runtime
+	cfg.Labels[imagecode.LabelHandler] = req.Handler
+	cfg.Labels[imagecode.LabelCodeSHA256] = req.CodeSHA256
 	if img, err = mutate.Config(img, cfg); err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ import (
 	"sless.kube5s.ru/sless/modules/build/buildtest"
 	"sless.kube5s.ru/sless/modules/build/crane"
 	"sless.kube5s.ru/sless/modules/build/crane/cranetest"
+	"sless.kube5s.ru/sless/modules/build/imagecode"
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/nodejs"
@@ -260,8 +261,8 @@ func TestImageHoldsTheCodeAndRunsTheWrapper(t *testing.T) {
 	if c.User != runtime.ImageUser || c.WorkingDir != runtime.ImageCodeDir {
 		t.Errorf("user %q, working dir %q; want %q, %q", c.User, c.WorkingDir, runtime.ImageUser, runtime.ImageCodeDir)
 	}
-	wantLabels := map[string]string{"org.opencontainers.image.title": cranetest.BaseTitle, crane.LabelRuntime: "python3.11",
-		crane.LabelHandler: "handler.handle", crane.LabelCodeSHA256: req.CodeSHA256}
+	wantLabels := map[string]string{"org.opencontainers.image.title": cranetest.BaseTitle, imagecode.LabelRuntime: "python3.11",
+		imagecode.LabelHandler: "handler.handle", imagecode.LabelCodeSHA256: req.CodeSHA256}
 	if diff := cmp.Diff(wantLabels, c.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}

@@ -20,17 +20,6 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime"
 )
 
-// hasDeps reports whether the code at dir declares dependencies (has the
-// layout's first dependency file) and vendors none (has no DepsDir of its
-// own, which then stays in the code layer).
-func hasDeps(dir string, l runtime.ImageLayout) bool {
-	if _, err := os.Stat(filepath.Join(dir, l.DependencyFiles[0])); err != nil {
-		return false
-	}
-	_, err := os.Lstat(filepath.Join(dir, l.DepsDir))
-	return errors.Is(err, os.ErrNotExist)
-}
-
 // depsLayer returns the dependency layer of the code at dir: the one built
 // before from the same dependency files, runtime and install settings, or a
 // new one, installed and kept in CacheDir/deps.

@@ -80,7 +80,7 @@ func (p *Provider) InstallDependencies(ctx context.Context, dir string, out io.W
 }
 
 // npmInstall returns the npm command that installs dir's production
-// dependencies: `npm ci` with a lock file, `npm install` without.
+// dependencies (see npmVerb).
 func (p *Provider) npmInstall(ctx context.Context, dir string, args ...string) (*exec.Cmd, error) {
 	node, _, err := p.Interpreter(ctx)
 	if err != nil {
@@ -93,14 +93,35 @@ func (p *Provider) npmInstall(ctx context.Context, dir string, args ...string) (
 			return nil, fmt.Errorf("runtime %s: npm is needed to install package.json dependencies: %w", Name, err)
 		}
 	}
-	verb := "install"
-	if _, err := os.Stat(filepath.Join(dir, "package-lock.json")); err == nil {
-		verb = "ci"
-	}
-	cmd := exec.CommandContext(ctx, npm, append([]string{verb, "--omit=dev", "--no-audit", "--no-fund",
-		"--no-update-notifier", "--loglevel=error"}, args...)...)
+	verb := npmVerb(func(name string) bool {
+		_, err := os.Stat(filepath.Join(dir, name))
+		return err == nil
+	})
+	cmd := exec.CommandContext(ctx, npm, append(append([]string{verb}, npmFlags...), args...)...)
 	cmd.Dir = dir
 	return cmd, nil
+}
+
+// npmFlags are the flags of every install: production dependencies only,
+// quietly.
+var npmFlags = []string{"--omit=dev", "--no-audit", "--no-fund", "--no-update-notifier", "--loglevel=error"}
+
+// npmVerb is the npm command that installs the dependencies of code whose
+// root has the files that has reports: `npm ci` with a lock file, `npm
+// install` without.
+func npmVerb(has func(name string) bool) string {
+	if has("package-lock.json") || has("npm-shrinkwrap.json") {
+		return "ci"
+	}
+	return "install"
+}
+
+// DockerfileInstall implements runtime.DockerfileRuntime: npm installs the
+// production dependencies as InstallDependencies does, install scripts
+// included, with its cache in a directory that the same step removes.
+func (p *Provider) DockerfileInstall(has func(name string) bool) string {
+	const cache = "/tmp/sless-npm-cache"
+	return "npm " + npmVerb(has) + " " + strings.Join(npmFlags, " ") + " --cache " + cache + " && rm -rf " + cache
 }
 
 // ImageLayout implements runtime.ImageRuntime.
