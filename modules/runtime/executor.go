@@ -245,3 +245,35 @@ type Result struct {
 	// the instance died mid-body).
 	Err error
 }
+
+// InstanceStats is a snapshot of one function's instances as an executor's
+// data plane sees them, for metrics.
+type InstanceStats struct {
+	Key meta.Key
+	// Starting, Idle and Busy count the instances by state: being started
+	// (a cold start or a prewarm), serving no invocation, serving at least
+	// one.
+	Starting, Idle, Busy int
+	// Queued counts the invocations waiting for capacity.
+	Queued int
+	// MemoryKills counts the instances killed for exceeding their memory
+	// limit, Restarts the instances replaced because they crashed, were
+	// killed or timed out, since the function was deployed.
+	MemoryKills, Restarts uint64
+}
+
+// StatsReporter is implemented by executors whose data plane reports its
+// instances. InstanceStats is called at each scrape of the metrics: it
+// takes each function's lock briefly and never blocks on an instance.
+type StatsReporter interface {
+	InstanceStats() []InstanceStats
+}
+
+// UndeployNotifier is implemented by executors whose data plane learns that
+// a function is no longer deployed (deleted, or left without a build), so
+// that what other modules keep per function (metric series) is dropped with
+// it. The callbacks run synchronously on the undeploying goroutine and must
+// return quickly; register them before the executor starts.
+type UndeployNotifier interface {
+	OnUndeploy(f func(key meta.Key))
+}

@@ -50,6 +50,7 @@ var Module = fx.Module("invoke",
 		httpx.AsRoutes(func(p *proxy.Proxy) *proxy.Proxy { return p }),
 		httpx.AsRoutes(ledgerapi.New),
 	),
+	fx.Invoke(func(reg *prometheus.Registry, p *proxy.Proxy) error { return reg.Register(p.Metrics()) }),
 )
 
 // SQLLedger provides invoke.Ledger with the ledger that appends records to

@@ -21,6 +21,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/functions"
@@ -49,6 +50,7 @@ type Proxy struct {
 	authn     auth.Authenticator
 	log       *slog.Logger
 	refusals  *refusals
+	metrics   *metrics
 }
 
 var _ invoke.Invoker = (*Proxy)(nil)
@@ -64,9 +66,18 @@ func New(cfg Config, instances runtime.Instances, store functions.Store, ledger 
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = 6 << 20
 	}
-	return &Proxy{cfg: cfg, instances: instances, store: store, ledger: ledger, exposure: exposure, authn: authn, log: log,
-		refusals: newRefusals(ledger, time.Second)}
+	p := &Proxy{cfg: cfg, instances: instances, store: store, ledger: ledger, exposure: exposure, authn: authn, log: log,
+		refusals: newRefusals(ledger, time.Second), metrics: newMetrics()}
+	if n, ok := instances.(runtime.UndeployNotifier); ok {
+		// A deleted function's series go with it.
+		n.OnUndeploy(p.metrics.forget)
+	}
+	return p
 }
+
+// Metrics returns the collector of the invocations' series (by function:
+// counts by trigger kind and outcome, cold starts, durations).
+func (p *Proxy) Metrics() prometheus.Collector { return p.metrics }
 
 // Stop records what the proxy counted and has not recorded yet: the
 // summaries of refusals at capacity. It runs after the HTTP server stopped
@@ -222,6 +233,7 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, ns, name strin
 // notExposed answers /fn for a function without an enabled http trigger.
 func (p *Proxy) notExposed(w http.ResponseWriter, r *http.Request, ns, name string) {
 	if _, err := p.store.Get(r.Context(), functions.Key{Namespace: ns, Name: name}); errors.Is(err, functions.ErrNotFound) {
+		p.metrics.notFound.Add(1)
 		writeNotFound(w, ns, name)
 		return
 	}
@@ -245,6 +257,11 @@ type call struct {
 	begin bool
 	// cut: the response failed after its head was written.
 	cut bool
+	// refusal is the platform's answer in place of the function's, for
+	// the metrics; outcomeNone when the function answered.
+	refusal outcome
+	// leased: an instance took the invocation's capacity.
+	leased bool
 }
 
 // Invoke implements invoke.Invoker through the same path as /fn.
@@ -309,11 +326,14 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 		defer end()
 	}
 	c.w.Header().Set("X-Sless-Invocation-Id", rec.ID)
+	series := p.metrics.lookup(functions.Key{Namespace: c.ns, Name: c.name})
 	p.run(ctx, c, rec, start)
-	rec.DurationMS = ms(time.Since(start))
+	took := time.Since(start)
+	rec.DurationMS = ms(took)
 	if rec.StatusCode != 0 {
 		p.ledger.Record(rec)
 	}
+	p.metrics.observe(series, c, rec, took)
 	return rec
 }
 
@@ -402,6 +422,7 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 			p.acquireFailed(ctx, c, rec, err)
 			return
 		}
+		c.leased = true
 		t = lease.Target()
 		cold := lease.ColdStart()
 		rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
@@ -428,7 +449,7 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		if errors.Is(res.Err, runtime.ErrCrashed) || errors.Is(res.Err, runtime.ErrResponseTooLarge) {
 			// The function failed to answer, whatever status its head had:
 			// recorded as the 502 an Invoke caller gets.
-			rec.StatusCode = http.StatusBadGateway
+			rec.StatusCode, c.refusal = http.StatusBadGateway, outcomeCrash
 		}
 		if rec.Error == "" {
 			rec.Error = "the response was cut short: " + runtime.PublicMessage(res.Err, res.Err.Error())
@@ -473,6 +494,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		// the invocations that got capacity: a refusal on /fn is counted
 		// into its function's summary record, not recorded on its own.
 		c.w.Header().Del("X-Sless-Invocation-Id")
+		c.refusal = outcomeOverloaded
 		p.refusals.add(c.ns, c.name)
 		p.refusals.pace(ctx)
 		writeError(c.w, http.StatusServiceUnavailable, msg)
@@ -482,7 +504,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		p.fail(c, rec, http.StatusServiceUnavailable, fmt.Sprintf("function %q cannot run: %s", c.name,
 			runtime.PublicMessage(err, "this server runs no function instances")))
 	case ctx.Err() != nil:
-		rec.StatusCode, rec.Error = 499, "the client closed the request while it waited for an instance"
+		rec.StatusCode, rec.Error, c.refusal = 499, "the client closed the request while it waited for an instance", outcomeCancelled
 	default:
 		p.log.Error("acquiring an instance failed", "namespace", c.ns, "function", c.name, "error", err)
 		p.fail(c, rec, http.StatusInternalServerError, "internal error while starting the function; the server log has the details")
@@ -515,7 +537,7 @@ func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *ru
 
 // fail answers with a JSON error and records it.
 func (p *Proxy) fail(c *call, rec *invoke.Record, code int, msg string) {
-	rec.StatusCode = code
+	rec.StatusCode, c.refusal = code, platformOutcome(code)
 	if rec.Error == "" {
 		rec.Error = msg
 	}
