@@ -20,6 +20,8 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/buildmetrics"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
@@ -46,7 +48,7 @@ func options(m mode, c Config, token string, log *slog.Logger, plugins ...fx.Opt
 	return fx.Options(
 		fx.WithLogger(func() fxevent.Logger { return newFxLogger(log) }),
 		fx.Supply(log, c),
-		fx.Provide(newRegistry),
+		fx.Provide(newRegistry, newBuildObserver),
 		implementations(c, token, choose(m, c.Builder)),
 		fx.Supply(
 			server.Config{Listen: c.Listen, DataDir: c.DataDir},
@@ -76,6 +78,16 @@ func sandboxConfig(c Config) sandbox.Config {
 
 // artifactDir is where builds go.
 func artifactDir(c Config) string { return filepath.Join(c.DataDir, "artifacts") }
+
+// newBuildObserver is what every builder tells about its builds: their
+// metrics.
+func newBuildObserver(reg *prometheus.Registry) (build.Observer, error) {
+	m, err := buildmetrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	return build.Observers{m}, nil
+}
 
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()

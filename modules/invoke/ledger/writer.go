@@ -147,8 +147,10 @@ func (l *Ledger) advance(pos journal.Pos) {
 func (l *Ledger) writeBatch(ctx context.Context, batch []row) bool {
 	delay := retryMin
 	for {
+		start := time.Now()
 		err := l.insert(ctx, batch)
 		if err == nil {
+			l.metrics.wrote(len(batch), time.Since(start))
 			l.writeSucceeded()
 			return true
 		}
@@ -210,7 +212,7 @@ func (l *Ledger) hold(r row, err error) {
 		l.log.Error("the invocation journal cannot be written; /fn refuses new invocations until it can, and keeps those in flight in memory", "error", err)
 	}
 	if !kept {
-		l.log.Error("an invocation record is lost: the journal cannot be written and memory holds its limit", "id", r.ID,
+		l.log.Error("an invocation record is lost: the journal cannot be written and memory holds its limit", "invocation_id", r.ID,
 			"namespace", r.Namespace, "function", r.Function, "status_code", r.StatusCode, "limit", maxHeld)
 	}
 	l.metrics.refusedByJournal()

@@ -32,12 +32,20 @@ var Module = fx.Module("runtime",
 	fx.Invoke(registerMetrics),
 )
 
+// metricsParams are optional: a graph without an executor or a registry
+// (a test of the module alone) has no instance metrics.
+type metricsParams struct {
+	fx.In
+	Registry  *prometheus.Registry `optional:"true"`
+	Instances runtime.Instances    `optional:"true"`
+}
+
 // registerMetrics adds the series of the executor's instances to /metrics
 // when its data plane reports them (runtime.StatsReporter), whichever
 // executor app/ picked.
-func registerMetrics(reg *prometheus.Registry, instances runtime.Instances) error {
-	if r, ok := instances.(runtime.StatsReporter); ok {
-		return reg.Register(rtmetrics.New(r))
+func registerMetrics(p metricsParams) error {
+	if r, ok := p.Instances.(runtime.StatsReporter); ok && p.Registry != nil {
+		return p.Registry.Register(rtmetrics.New(r))
 	}
 	return nil
 }
