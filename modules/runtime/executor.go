@@ -218,6 +218,9 @@ type Invocation struct {
 	Deadline time.Time
 	// Trigger is the JSON of the X-Sless-Trigger header.
 	Trigger []byte
+	// Traceparent, when set, is sent as the traceparent header in place of
+	// the client's: the invocation's W3C trace context.
+	Traceparent string
 	// MaxResponseBytes, when positive, caps the response body: a longer
 	// declared body fails Do with ErrResponseTooLarge before anything is
 	// written, a longer undeclared one is cut at the limit with that error in

@@ -28,6 +28,7 @@ import (
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/server/httpx"
+	"sless.kube5s.ru/sless/modules/tracing"
 )
 
 // Config configures the proxy.
@@ -51,6 +52,8 @@ type Proxy struct {
 	log       *slog.Logger
 	refusals  *refusals
 	metrics   *metrics
+	// tracer, when set, exports the spans of sampled invocations.
+	tracer tracing.Exporter
 }
 
 var _ invoke.Invoker = (*Proxy)(nil)
@@ -74,6 +77,10 @@ func New(cfg Config, instances runtime.Instances, store functions.Store, ledger 
 	}
 	return p
 }
+
+// Trace makes the proxy export the spans of the invocations that e samples
+// (or whose traceparent says sampled). Call it before serving.
+func (p *Proxy) Trace(e tracing.Exporter) { p.tracer = e }
 
 // Metrics returns the collector of the invocations' series (by function:
 // counts by trigger kind and outcome, cold starts, durations).
@@ -262,6 +269,9 @@ type call struct {
 	refusal outcome
 	// leased: an instance took the invocation's capacity.
 	leased bool
+	// traceparent is what the handler gets: the invocation's trace and the
+	// id of its handler span.
+	traceparent string
 }
 
 // Invoke implements invoke.Invoker through the same path as /fn.
@@ -309,11 +319,17 @@ func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Respons
 func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	start := time.Now()
 	id := c.id
+	var u uuid.UUID
 	if id == "" {
-		id = uuid.Must(uuid.NewV7()).String() // fails only when crypto/rand does
+		u = uuid.Must(uuid.NewV7()) // fails only when crypto/rand does
+		id = u.String()
+	} else if u, _ = uuid.Parse(id); u == uuid.Nil {
+		u = uuid.New()
 	}
+	span := p.startSpan(c, u)
+	c.traceparent = span.handlerTraceparent()
 	rec := &invoke.Record{ID: id, Namespace: c.ns, Function: c.name, TriggerKind: c.kind, TriggerName: c.trigName,
-		Method: c.r.Method, Path: c.path, StartedAt: start.UTC()}
+		Method: c.r.Method, Path: c.path, StartedAt: start.UTC(), TraceID: c.traceparent[3:35]}
 	end, err := p.admit(c, rec)
 	if err != nil {
 		// Nothing runs that could not be recorded; nothing is recorded.
@@ -334,6 +350,9 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 		p.ledger.Record(rec)
 	}
 	p.metrics.observe(series, c, rec, took)
+	if p.tracer != nil && span.Sampled() && rec.StatusCode != 0 {
+		p.exportSpans(&span, c, rec, start, took)
+	}
 	return rec
 }
 
@@ -428,7 +447,7 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
 		rec.QueueMS = ms(max(time.Since(start)-cold, 0))
 		inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
-			MaxResponseBytes: p.cfg.MaxResultBytes,
+			Traceparent: c.traceparent, MaxResponseBytes: p.cfg.MaxResultBytes,
 			BeforeWrite:      func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
 		res, err = lease.Do(doCtx, inv, c.w)
 		if !errors.Is(err, runtime.ErrNotSent) || attempt == maxSendAttempts || (res.RequestBytes > 0 && replay == nil) {
