@@ -448,7 +448,7 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		rec.QueueMS = ms(max(time.Since(start)-cold, 0))
 		inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
 			Traceparent: c.traceparent, MaxResponseBytes: p.cfg.MaxResultBytes,
-			BeforeWrite:      func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
+			BeforeWrite: func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
 		res, err = lease.Do(doCtx, inv, c.w)
 		if !errors.Is(err, runtime.ErrNotSent) || attempt == maxSendAttempts || (res.RequestBytes > 0 && replay == nil) {
 			break

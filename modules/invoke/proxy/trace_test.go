@@ -69,10 +69,10 @@ func TestTraceparent(t *testing.T) {
 		name, header string
 		sample       bool
 		// wantTrace "" means the invocation id's hex digits.
-		wantTrace   string
-		wantFlags   string
-		wantSpans   int
-		wantParent  string // of the invocation's span; "" for a root
+		wantTrace  string
+		wantFlags  string
+		wantSpans  int
+		wantParent string // of the invocation's span; "" for a root
 	}{
 		{name: "caller sampled", header: "00-" + callerTrace + "-00f067aa0ba902b7-01", wantTrace: callerTrace, wantFlags: "01",
 			wantSpans: 4, wantParent: "00f067aa0ba902b7"},
