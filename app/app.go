@@ -22,6 +22,7 @@ import (
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/buildmetrics"
+	"sless.kube5s.ru/sless/modules/build/buildtrace"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
@@ -30,6 +31,8 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/server"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
+	"sless.kube5s.ru/sless/modules/tracing"
+	"sless.kube5s.ru/sless/modules/tracing/otlp"
 	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
 )
 
@@ -49,6 +52,7 @@ func options(m mode, c Config, token string, log *slog.Logger, plugins ...fx.Opt
 		fx.WithLogger(func() fxevent.Logger { return newFxLogger(log) }),
 		fx.Supply(log, c),
 		fx.Provide(newRegistry, newBuildObserver),
+		tracingOptions(c),
 		implementations(c, token, choose(m, c.Builder)),
 		fx.Supply(
 			server.Config{Listen: c.Listen, DataDir: c.DataDir},
@@ -79,14 +83,40 @@ func sandboxConfig(c Config) sandbox.Config {
 // artifactDir is where builds go.
 func artifactDir(c Config) string { return filepath.Join(c.DataDir, "artifacts") }
 
+// tracingOptions provide the tracing.Exporter when spans are exported.
+func tracingOptions(c Config) fx.Option {
+	if c.TraceOTLPURL == "" {
+		return fx.Options()
+	}
+	return fx.Provide(func(lc fx.Lifecycle, reg *prometheus.Registry, log *slog.Logger) (tracing.Exporter, error) {
+		headers, _ := parsePairs(c.TraceOTLPHeaders)
+		e, err := otlp.New(otlp.Config{URL: c.TraceOTLPURL, Headers: headers, SampleRatio: c.TraceSampleRatio}, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		lc.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
+		return e, nil
+	})
+}
+
+// buildObserverParams: the exporter is there only when spans are exported.
+type buildObserverParams struct {
+	fx.In
+	Registry *prometheus.Registry
+	Tracer   tracing.Exporter `optional:"true"`
+}
+
 // newBuildObserver is what every builder tells about its builds: their
-// metrics.
-func newBuildObserver(reg *prometheus.Registry) (build.Observer, error) {
-	m, err := buildmetrics.New(reg)
+// metrics, and their spans when spans are exported.
+func newBuildObserver(p buildObserverParams) (build.Observer, error) {
+	m, err := buildmetrics.New(p.Registry)
 	if err != nil {
 		return nil, err
 	}
-	return build.Observers{m}, nil
+	if p.Tracer == nil {
+		return build.Observers{m}, nil
+	}
+	return build.Observers{m, buildtrace.New(p.Tracer)}, nil
 }
 
 func newRegistry() *prometheus.Registry {

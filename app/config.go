@@ -123,6 +123,15 @@ type Config struct {
 	// AuthWebhookCacheTTL and AuthWebhookNegativeCacheTTL are how long an
 	// acceptance and a refusal are reused; defaults 2m and 10s.
 	AuthWebhookCacheTTL, AuthWebhookNegativeCacheTTL time.Duration
+	// TraceOTLPURL, when set, is the OTLP/HTTP traces endpoint spans are
+	// exported to (http://collector:4318/v1/traces); default: none, no
+	// export.
+	TraceOTLPURL string
+	// TraceOTLPHeaders are sent with every export, NAME=VALUE[,NAME=VALUE...];
+	// default none.
+	TraceOTLPHeaders string
+	// TraceSampleRatio is the share of new traces exported, 0 to 1; default 1.
+	TraceSampleRatio float64
 }
 
 // setting is one configuration value with its flag, variable and file key.
@@ -173,6 +182,9 @@ var settings = []setting{
 	{name: "auth-webhook-timeout", usage: "longest the identity service may take to answer; a token it does not answer in time gets 503"},
 	{name: "auth-webhook-cache-ttl", usage: "how long the identity service's acceptance of a token is reused"},
 	{name: "auth-webhook-negative-cache-ttl", usage: "how long the identity service's refusal of a token is reused"},
+	{name: "trace-otlp-url", usage: "OTLP/HTTP traces endpoint to export spans to, with its path, e.g. http://collector:4318/v1/traces (default: none, no export)"},
+	{name: "trace-otlp-headers", usage: "headers sent with every span export, NAME=VALUE[,NAME=VALUE...] (an API key of the tracing backend)", secret: true},
+	{name: "trace-sample-ratio", usage: "share of new traces exported, 0 to 1 (a request's traceparent decides for its own trace)"},
 }
 
 // AddFlags registers the settings as flags of fs, writing into cfg, plus
@@ -183,7 +195,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
 		ImagePlatform: "linux/amd64", JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
 		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256, InstanceEgress: "all",
-		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second}
+		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second,
+		TraceSampleRatio: 1}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
 		"listen": &cfg.Listen, "data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
@@ -202,6 +215,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"auth-webhook-url": &cfg.AuthWebhookURL, "auth-webhook-token": &cfg.AuthWebhookToken,
 		"auth-webhook-timeout": &cfg.AuthWebhookTimeout, "auth-webhook-cache-ttl": &cfg.AuthWebhookCacheTTL,
 		"auth-webhook-negative-cache-ttl": &cfg.AuthWebhookNegativeCacheTTL,
+		"trace-otlp-url": &cfg.TraceOTLPURL, "trace-otlp-headers": &cfg.TraceOTLPHeaders, "trace-sample-ratio": &cfg.TraceSampleRatio,
 	}
 	for _, s := range settings {
 		usage := fmt.Sprintf("%s (env %s)", s.usage, envName(s.name))
@@ -216,6 +230,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 			fs.IntVar(p, s.name, *p, usage)
 		case *int64:
 			fs.Var((*byteSize)(p), s.name, usage)
+		case *float64:
+			fs.Float64Var(p, s.name, *p, usage)
 		default:
 			panic("app: setting without a variable: " + s.name) // a programming error caught by every test
 		}
@@ -442,7 +458,37 @@ func (c *Config) validate() error {
 	if c.AuthWebhookNegativeCacheTTL <= 0 {
 		bad("auth-webhook-negative-cache-ttl", "must be positive")
 	}
+	if c.TraceOTLPURL != "" {
+		if u, err := url.Parse(c.TraceOTLPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("trace-otlp-url", "%q is not an http:// or https:// URL", c.TraceOTLPURL)
+		}
+	}
+	if _, err := parsePairs(c.TraceOTLPHeaders); err != nil {
+		bad("trace-otlp-headers", "%v", err)
+	}
+	if !(c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1) {
+		bad("trace-sample-ratio", "%v is not between 0 and 1", c.TraceSampleRatio)
+	}
 	return errors.Join(errs...)
+}
+
+// parsePairs parses NAME=VALUE[,NAME=VALUE...].
+func parsePairs(s string) (map[string]string, error) {
+	pairs := map[string]string{}
+	for pair := range strings.SplitSeq(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if k = strings.TrimSpace(k); !ok || k == "" {
+			return nil, fmt.Errorf("%q is not NAME=VALUE", pair)
+		}
+		if _, dup := pairs[k]; dup {
+			return nil, fmt.Errorf("%s is given twice", k)
+		}
+		pairs[k] = strings.TrimSpace(v)
+	}
+	return pairs, nil
 }
 
 // parseUIDRange parses "FIRST-LAST" into the first uid and the count.
