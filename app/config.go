@@ -215,7 +215,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"auth-webhook-url": &cfg.AuthWebhookURL, "auth-webhook-token": &cfg.AuthWebhookToken,
 		"auth-webhook-timeout": &cfg.AuthWebhookTimeout, "auth-webhook-cache-ttl": &cfg.AuthWebhookCacheTTL,
 		"auth-webhook-negative-cache-ttl": &cfg.AuthWebhookNegativeCacheTTL,
-		"trace-otlp-url": &cfg.TraceOTLPURL, "trace-otlp-headers": &cfg.TraceOTLPHeaders, "trace-sample-ratio": &cfg.TraceSampleRatio,
+		"trace-otlp-url":                  &cfg.TraceOTLPURL, "trace-otlp-headers": &cfg.TraceOTLPHeaders, "trace-sample-ratio": &cfg.TraceSampleRatio,
 	}
 	for _, s := range settings {
 		usage := fmt.Sprintf("%s (env %s)", s.usage, envName(s.name))

@@ -124,4 +124,3 @@ func attributes(kvs []*commonpb.KeyValue) map[string]string {
 	}
 	return out
 }
-
