@@ -30,6 +30,7 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/server"
+	"sless.kube5s.ru/sless/modules/server/metricspush"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
 	"sless.kube5s.ru/sless/modules/tracing"
 	"sless.kube5s.ru/sless/modules/tracing/otlp"
@@ -53,6 +54,7 @@ func options(m mode, c Config, token string, log *slog.Logger, plugins ...fx.Opt
 		fx.Supply(log, c),
 		fx.Provide(newRegistry, newBuildObserver),
 		tracingOptions(c),
+		metricsPushOptions(c),
 		implementations(c, token, choose(m, c.Builder)),
 		fx.Supply(
 			server.Config{Listen: c.Listen, DataDir: c.DataDir},
@@ -96,6 +98,23 @@ func tracingOptions(c Config) fx.Option {
 		}
 		lc.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
 		return e, nil
+	})
+}
+
+// metricsPushOptions push the metrics when a URL is set. The pusher's hooks
+// come before every module's, so it stops last: its last push carries the
+// values after the server drained.
+func metricsPushOptions(c Config) fx.Option {
+	if c.MetricsPushURL == "" {
+		return fx.Options()
+	}
+	return fx.Invoke(func(lc fx.Lifecycle, reg *prometheus.Registry, log *slog.Logger) error {
+		p, err := metricspush.New(metricspush.Config{URL: c.MetricsPushURL, Interval: c.MetricsPushInterval}, reg, log)
+		if err != nil {
+			return err
+		}
+		lc.Append(fx.Hook{OnStart: p.Start, OnStop: p.Stop})
+		return nil
 	})
 }
 

@@ -78,6 +78,8 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 		{"zero webhook timeout", []string{"--auth-webhook-timeout", "0s"}, nil, "auth-webhook-timeout (SLESS_AUTH_WEBHOOK_TIMEOUT): must be positive"},
 		{"bad otlp url", []string{"--trace-otlp-url", "collector:4318"}, nil, "trace-otlp-url (SLESS_TRACE_OTLP_URL): \"collector:4318\" is not an http:// or https:// URL"},
 		{"bad otlp headers", []string{"--trace-otlp-headers", "api-key"}, nil, "trace-otlp-headers (SLESS_TRACE_OTLP_HEADERS): \"api-key\" is not NAME=VALUE"},
+		{"push url with a password is not shown", []string{"--metrics-push-url", "vm:s3cret@host:8428"}, nil, "metrics-push-url (SLESS_METRICS_PUSH_URL): not an http:// or https:// URL"},
+		{"push interval too short", []string{"--metrics-push-interval", "10ms"}, nil, "metrics-push-interval (SLESS_METRICS_PUSH_INTERVAL): 10ms is not between 1s and 1h"},
 		{"sample ratio above 1", []string{"--trace-sample-ratio", "1.5"}, nil, "trace-sample-ratio (SLESS_TRACE_SAMPLE_RATIO): 1.5 is not between 0 and 1"},
 		{"zero negative ttl", nil, map[string]string{"SLESS_AUTH_WEBHOOK_NEGATIVE_CACHE_TTL": "0s"}, "auth-webhook-negative-cache-ttl"},
 		{"bad instance egress", nil, map[string]string{"SLESS_INSTANCE_EGRESS": "private"}, `instance-egress (SLESS_INSTANCE_EGRESS): "private" is not one of all, public`},

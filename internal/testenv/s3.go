@@ -72,8 +72,8 @@ var versitygwBinary struct {
 	err  error
 }
 
-// errNotBuilt means hack/tools.sh --cached found no versitygw binary.
-var errNotBuilt = errors.New("versitygw is not built; run hack/tools.sh versitygw")
+// errNotBuilt means hack/tools.sh --cached found no binary of the tool.
+var errNotBuilt = errors.New("it is not built; run hack/tools.sh with its name")
 
 // versitygw returns the path of the versitygw binary, or ends t.
 func versitygw(t testing.TB) string {
@@ -81,20 +81,20 @@ func versitygw(t testing.TB) string {
 	build := Required(t)
 	root := RepoRoot(t)
 	b := &versitygwBinary
-	b.once.Do(func() { b.path, b.err = findVersitygw(t, root, build) })
+	b.once.Do(func() { b.path, b.err = findTool(t, root, build, "versitygw") })
 	if b.err != nil {
 		Unavailable(t, "S3 server: %v", b.err)
 	}
 	return b.path
 }
 
-// findVersitygw asks hack/tools.sh for the binary, building it if build is
-// set.
-func findVersitygw(t testing.TB, root string, build bool) (string, error) {
-	args := []string{"--cached", "versitygw"}
+// findTool asks hack/tools.sh for the binary of the tool name, building it
+// if build is set.
+func findTool(t testing.TB, root string, build bool, name string) (string, error) {
+	args := []string{"--cached", name}
 	if build {
 		args = args[1:]
-		t.Logf("hack/tools.sh versitygw: building versitygw unless cached (minutes on the first run)")
+		t.Logf("hack/tools.sh %s: building %s unless cached (minutes on the first run)", name, name)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(root, "hack", "tools.sh"), args...)
@@ -102,7 +102,7 @@ func findVersitygw(t testing.TB, root string, build bool) (string, error) {
 	err := cmd.Run()
 	var exitErr *exec.ExitError
 	if !build && errors.As(err, &exitErr) && exitErr.ExitCode() == 3 { // --cached: not built
-		return "", errNotBuilt
+		return "", fmt.Errorf("%s: %w", name, errNotBuilt)
 	}
 	if err != nil {
 		return "", fmt.Errorf("hack/tools.sh %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
