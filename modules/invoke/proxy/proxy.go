@@ -353,6 +353,13 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	if p.tracer != nil && span.Sampled() && rec.StatusCode != 0 {
 		p.exportSpans(&span, c, rec, start, took)
 	}
+	if rec.StatusCode != 0 && p.log.Enabled(ctx, slog.LevelDebug) {
+		// Only at debug level: a line per invocation costs more than
+		// the rest of the platform's work for it.
+		p.log.DebugContext(ctx, "invocation ended", "namespace", c.ns, "function", c.name, "invocation_id", rec.ID,
+			"trace_id", rec.TraceID, "trigger_kind", c.kind, "status_code", rec.StatusCode, "cold_start", rec.ColdStart,
+			"duration_ms", rec.DurationMS, "error", rec.Error)
+	}
 	return rec
 }
 
@@ -525,7 +532,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 	case ctx.Err() != nil:
 		rec.StatusCode, rec.Error, c.refusal = 499, "the client closed the request while it waited for an instance", outcomeCancelled
 	default:
-		p.log.Error("acquiring an instance failed", "namespace", c.ns, "function", c.name, "error", err)
+		p.log.Error("acquiring an instance failed", "namespace", c.ns, "function", c.name, "invocation_id", rec.ID, "error", err)
 		p.fail(c, rec, http.StatusInternalServerError, "internal error while starting the function; the server log has the details")
 	}
 }

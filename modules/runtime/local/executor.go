@@ -455,7 +455,7 @@ func (e *Executor) reapIdle(now time.Time) {
 	e.mu.RUnlock()
 	for _, p := range pools {
 		for _, inst := range p.reap(now, e.cfg.IdleTimeout) {
-			e.log.Debug("stopping idle instance", "function", p.key.String(), "pid", inst.proc.cmd.Process.Pid)
+			e.log.Debug("stopping idle instance", "namespace", p.key.Namespace, "function", p.key.Name, "pid", inst.proc.cmd.Process.Pid)
 			go inst.proc.stop(2 * time.Second)
 		}
 	}

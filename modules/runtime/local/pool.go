@@ -241,7 +241,7 @@ func (p *pool) started(t *runtime.Target, pr *process, took time.Duration, err e
 	defer p.mu.Unlock()
 	p.starting--
 	if err != nil {
-		p.e.log.Error("starting an instance failed", "function", p.key.String(), "error", err)
+		p.e.log.Error("starting an instance failed", "namespace", p.key.Namespace, "function", p.key.Name, "error", err)
 		if len(p.instances) == 0 && p.starting == 0 {
 			for _, w := range p.waiters {
 				w.ch <- grant{err: err}
