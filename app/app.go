@@ -101,9 +101,9 @@ func tracingOptions(c Config) fx.Option {
 	})
 }
 
-// metricsPushOptions push the metrics when a URL is set. The pusher's hooks
-// come before every module's, so it stops last: its last push carries the
-// values after the server drained.
+// metricsPushOptions push the metrics when a URL is set. Its invoke comes
+// after the modules' and before the HTTP server's, so the pusher stops
+// right after the server drained /fn, with one last push.
 func metricsPushOptions(c Config) fx.Option {
 	if c.MetricsPushURL == "" {
 		return fx.Options()

@@ -114,3 +114,26 @@ var victoriaMetricsBinary struct {
 	path string
 	err  error
 }
+
+// LabelValues returns the values of label among the series that match
+// selects, as Grafana's label_values(match, label) asks a Prometheus data
+// source.
+func (vm VictoriaMetrics) LabelValues(label, match string) ([]string, error) {
+	resp, err := http.Get(vm.URL + "/api/v1/label/" + url.PathEscape(label) + "/values?" + url.Values{"match[]": {match}}.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string   `json:"status"`
+		Error  string   `json:"error"`
+		Data   []string `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("label values of %s for %q: %s: %w", label, match, resp.Status, err)
+	}
+	if body.Status != "success" {
+		return nil, fmt.Errorf("label values of %s for %q: %s: %s", label, match, resp.Status, body.Error)
+	}
+	return body.Data, nil
+}
