@@ -74,10 +74,15 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Exporter, er
 		return nil, fmt.Errorf("the sample ratio %v is not between 0 and 1", cfg.SampleRatio)
 	}
 	host, _ := os.Hostname()
+	opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(cfg.URL), otlptracehttp.WithTimeout(exportTimeout),
+		otlptracehttp.WithRetry(otlptracehttp.RetryConfig{
+			Enabled: true, InitialInterval: time.Second, MaxInterval: 5 * time.Second, MaxElapsedTime: 30 * time.Second})}
+	if len(cfg.Headers) > 0 {
+		// Only then: the option would replace OTEL_EXPORTER_OTLP_HEADERS.
+		opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
+	}
 	e := &Exporter{
-		client: otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(cfg.URL), otlptracehttp.WithHeaders(cfg.Headers),
-			otlptracehttp.WithTimeout(exportTimeout), otlptracehttp.WithRetry(otlptracehttp.RetryConfig{
-				Enabled: true, InitialInterval: time.Second, MaxInterval: 5 * time.Second, MaxElapsedTime: 30 * time.Second})),
+		client: otlptracehttp.NewClient(opts...),
 		log: log,
 		// As OpenTelemetry's TraceIDRatioBased: the trace id's last 8
 		// bytes, shifted right once, compared with ratio * 2^63.
