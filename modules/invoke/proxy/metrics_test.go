@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -104,5 +105,30 @@ func BenchmarkObserve(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.observe(m.lookup(key), c, rec, time.Millisecond)
+	}
+}
+
+// BenchmarkTraceContext is what traces add to an invocation without an
+// exporter: reading the request's traceparent (present or not) and making
+// the handler's.
+func BenchmarkTraceContext(b *testing.B) {
+	p := &Proxy{}
+	u := uuid.Must(uuid.NewV7())
+	for _, tc := range []struct{ name, header string }{
+		{"without traceparent", ""},
+		{"with traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+	} {
+		r := &http.Request{Header: http.Header{}}
+		if tc.header != "" {
+			r.Header["Traceparent"] = []string{tc.header}
+		}
+		c := &call{r: r}
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s := p.startSpan(c, u)
+				c.traceparent = s.handlerTraceparent()
+			}
+		})
 	}
 }
