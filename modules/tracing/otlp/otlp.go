@@ -83,7 +83,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Exporter, er
 	}
 	e := &Exporter{
 		client: otlptracehttp.NewClient(opts...),
-		log: log,
+		log:    log,
 		// As OpenTelemetry's TraceIDRatioBased: the trace id's last 8
 		// bytes, shifted right once, compared with ratio * 2^63.
 		threshold: uint64(cfg.SampleRatio * (1 << 63)),
