@@ -160,6 +160,13 @@ def handle(event, context):
 			{"orders dead-lettered", trig("orders", "dead_lettered"), 1},
 			{"orders consumer connected", m.value("sless_trigger_up", "trigger", "orders"), 1},
 			{"tick disabled", m.value("sless_trigger_up", "trigger", "tick"), 0},
+			// Each timeout recycled its instance.
+			{"mixed's instance restarts", m.value("sless_instance_restarts_total", "function", "mixed"),
+				float64(want.outcomes[outcomeKey{"mixed", "http", "timeout"}])},
+			{"mixed's memory kills", m.value("sless_instance_memory_kills_total", "function", "mixed"), 0},
+			{"mixed's instances running", m.value("sless_instances", "function", "mixed", "state", "idle") +
+				m.value("sless_instances", "function", "mixed", "state", "busy"), 1},
+			{"mixed's queue", m.value("sless_invocations_queued", "function", "mixed"), 0},
 			{"records lost", m.value("sless_ledger_lost_records_total"), 0},
 			{"spans dropped", m.value("sless_trace_spans_dropped_total"), 0},
 			{"push failures", m.value("sless_metrics_push_failures_total"), 0},
