@@ -20,6 +20,9 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/modules/build"
+	"sless.kube5s.ru/sless/modules/build/buildmetrics"
+	"sless.kube5s.ru/sless/modules/build/buildtrace"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
@@ -27,7 +30,10 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/server"
+	"sless.kube5s.ru/sless/modules/server/metricspush"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
+	"sless.kube5s.ru/sless/modules/tracing"
+	"sless.kube5s.ru/sless/modules/tracing/otlp"
 	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
 )
 
@@ -46,7 +52,9 @@ func options(m mode, c Config, token string, log *slog.Logger, plugins ...fx.Opt
 	return fx.Options(
 		fx.WithLogger(func() fxevent.Logger { return newFxLogger(log) }),
 		fx.Supply(log, c),
-		fx.Provide(newRegistry),
+		fx.Provide(newRegistry, newBuildObserver),
+		tracingOptions(c),
+		metricsPushOptions(c),
 		implementations(c, token, choose(m, c.Builder)),
 		fx.Supply(
 			server.Config{Listen: c.Listen, DataDir: c.DataDir},
@@ -76,6 +84,59 @@ func sandboxConfig(c Config) sandbox.Config {
 
 // artifactDir is where builds go.
 func artifactDir(c Config) string { return filepath.Join(c.DataDir, "artifacts") }
+
+// tracingOptions provide the tracing.Exporter when spans are exported.
+func tracingOptions(c Config) fx.Option {
+	if c.TraceOTLPURL == "" {
+		return fx.Options()
+	}
+	return fx.Provide(func(lc fx.Lifecycle, reg *prometheus.Registry, log *slog.Logger) (tracing.Exporter, error) {
+		headers, _ := parsePairs(c.TraceOTLPHeaders)
+		e, err := otlp.New(otlp.Config{URL: c.TraceOTLPURL, Headers: headers, SampleRatio: c.TraceSampleRatio}, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		lc.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
+		return e, nil
+	})
+}
+
+// metricsPushOptions push the metrics when a URL is set. Its invoke comes
+// after the modules' and before the HTTP server's, so the pusher stops
+// right after the server drained /fn, with one last push.
+func metricsPushOptions(c Config) fx.Option {
+	if c.MetricsPushURL == "" {
+		return fx.Options()
+	}
+	return fx.Invoke(func(lc fx.Lifecycle, reg *prometheus.Registry, log *slog.Logger) error {
+		p, err := metricspush.New(metricspush.Config{URL: c.MetricsPushURL, Interval: c.MetricsPushInterval}, reg, log)
+		if err != nil {
+			return err
+		}
+		lc.Append(fx.Hook{OnStart: p.Start, OnStop: p.Stop})
+		return nil
+	})
+}
+
+// buildObserverParams: the exporter is there only when spans are exported.
+type buildObserverParams struct {
+	fx.In
+	Registry *prometheus.Registry
+	Tracer   tracing.Exporter `optional:"true"`
+}
+
+// newBuildObserver is what every builder tells about its builds: their
+// metrics, and their spans when spans are exported.
+func newBuildObserver(p buildObserverParams) (build.Observer, error) {
+	m, err := buildmetrics.New(p.Registry)
+	if err != nil {
+		return nil, err
+	}
+	if p.Tracer == nil {
+		return build.Observers{m}, nil
+	}
+	return build.Observers{m, buildtrace.New(p.Tracer)}, nil
+}
 
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()

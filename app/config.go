@@ -140,6 +140,21 @@ type Config struct {
 	// AuthWebhookCacheTTL and AuthWebhookNegativeCacheTTL are how long an
 	// acceptance and a refusal are reused; defaults 2m and 10s.
 	AuthWebhookCacheTTL, AuthWebhookNegativeCacheTTL time.Duration
+	// TraceOTLPURL, when set, is the OTLP/HTTP traces endpoint spans are
+	// exported to (http://collector:4318/v1/traces); default: none, no
+	// export.
+	TraceOTLPURL string
+	// TraceOTLPHeaders are sent with every export, NAME=VALUE[,NAME=VALUE...];
+	// default none.
+	TraceOTLPHeaders string
+	// TraceSampleRatio is the share of new traces exported, 0 to 1; default 1.
+	TraceSampleRatio float64
+	// MetricsPushURL, when set, receives the metrics in the Prometheus text
+	// format every MetricsPushInterval (VictoriaMetrics'
+	// /api/v1/import/prometheus); default: none, no push.
+	MetricsPushURL string
+	// MetricsPushInterval is the time between pushes, 1s to 1h; default 15s.
+	MetricsPushInterval time.Duration
 }
 
 // setting is one configuration value with its flag, variable and file key.
@@ -196,6 +211,11 @@ var settings = []setting{
 	{name: "auth-webhook-timeout", usage: "longest the identity service may take to answer; a token it does not answer in time gets 503"},
 	{name: "auth-webhook-cache-ttl", usage: "how long the identity service's acceptance of a token is reused"},
 	{name: "auth-webhook-negative-cache-ttl", usage: "how long the identity service's refusal of a token is reused"},
+	{name: "trace-otlp-url", usage: "OTLP/HTTP traces endpoint to export spans to, with its path, e.g. http://collector:4318/v1/traces (default: none, no export)"},
+	{name: "trace-otlp-headers", usage: "headers sent with every span export, NAME=VALUE[,NAME=VALUE...] (an API key of the tracing backend)", secret: true},
+	{name: "trace-sample-ratio", usage: "share of new traces exported, 0 to 1 (a request's traceparent decides for its own trace)"},
+	{name: "metrics-push-url", usage: "URL the metrics are pushed to in the Prometheus text format, e.g. http://victoriametrics:8428/api/v1/import/prometheus (default: none, no push)", secret: true},
+	{name: "metrics-push-interval", usage: "time between pushes of the metrics, 1s to 1h"},
 }
 
 // AddFlags registers the settings as flags of fs, writing into cfg, plus
@@ -207,7 +227,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		ImagePlatform: "linux/amd64", KanikoNamespace: "sless-builds", KanikoImage: kanikosettings.DefaultImage,
 		KanikoFetchImage: kanikosettings.DefaultFetchImage, KanikoCPU: kanikosettings.DefaultCPU, KanikoMemory: kanikosettings.DefaultMemory, JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
 		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256, InstanceEgress: "all",
-		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second}
+		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second,
+		TraceSampleRatio: 1, MetricsPushInterval: 15 * time.Second}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
 		"listen": &cfg.Listen, "data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
@@ -228,6 +249,9 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"auth-webhook-url": &cfg.AuthWebhookURL, "auth-webhook-token": &cfg.AuthWebhookToken,
 		"auth-webhook-timeout": &cfg.AuthWebhookTimeout, "auth-webhook-cache-ttl": &cfg.AuthWebhookCacheTTL,
 		"auth-webhook-negative-cache-ttl": &cfg.AuthWebhookNegativeCacheTTL,
+		"trace-otlp-url":                  &cfg.TraceOTLPURL, "trace-otlp-headers": &cfg.TraceOTLPHeaders,
+		"trace-sample-ratio": &cfg.TraceSampleRatio,
+		"metrics-push-url":   &cfg.MetricsPushURL, "metrics-push-interval": &cfg.MetricsPushInterval,
 	}
 	for _, s := range settings {
 		usage := fmt.Sprintf("%s (env %s)", s.usage, envName(s.name))
@@ -242,6 +266,8 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 			fs.IntVar(p, s.name, *p, usage)
 		case *int64:
 			fs.Var((*byteSize)(p), s.name, usage)
+		case *float64:
+			fs.Float64Var(p, s.name, *p, usage)
 		default:
 			panic("app: setting without a variable: " + s.name) // a programming error caught by every test
 		}
@@ -489,7 +515,46 @@ func (c *Config) validate() error {
 	if c.AuthWebhookNegativeCacheTTL <= 0 {
 		bad("auth-webhook-negative-cache-ttl", "must be positive")
 	}
+	if c.TraceOTLPURL != "" {
+		if u, err := url.Parse(c.TraceOTLPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("trace-otlp-url", "%q is not an http:// or https:// URL", c.TraceOTLPURL)
+		}
+	}
+	if _, err := parsePairs(c.TraceOTLPHeaders); err != nil {
+		bad("trace-otlp-headers", "%v", err)
+	}
+	if !(c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1) {
+		bad("trace-sample-ratio", "%v is not between 0 and 1", c.TraceSampleRatio)
+	}
+	if c.MetricsPushURL != "" {
+		// The URL may hold a password: it is not shown.
+		if u, err := url.Parse(c.MetricsPushURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("metrics-push-url", "not an http:// or https:// URL")
+		}
+	}
+	if c.MetricsPushInterval < time.Second || c.MetricsPushInterval > time.Hour {
+		bad("metrics-push-interval", "%v is not between 1s and 1h", c.MetricsPushInterval)
+	}
 	return errors.Join(errs...)
+}
+
+// parsePairs parses NAME=VALUE[,NAME=VALUE...].
+func parsePairs(s string) (map[string]string, error) {
+	pairs := map[string]string{}
+	for pair := range strings.SplitSeq(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if k = strings.TrimSpace(k); !ok || k == "" {
+			return nil, fmt.Errorf("%q is not NAME=VALUE", pair)
+		}
+		if _, dup := pairs[k]; dup {
+			return nil, fmt.Errorf("%s is given twice", k)
+		}
+		pairs[k] = strings.TrimSpace(v)
+	}
+	return pairs, nil
 }
 
 // parseUIDRange parses "FIRST-LAST" into the first uid and the count.

@@ -109,12 +109,13 @@ func builderOptions(c Config, ch choices) fx.Option {
 		return fx.Module("build",
 			fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "build") }),
 			fx.Provide(func(lc fx.Lifecycle, blobs storage.Blobs, runtimes *runtime.Registry, confine runtime.Confiner,
-				log *slog.Logger) (build.Builder, error) {
+				obs build.Observer, log *slog.Logger) (build.Builder, error) {
 				b, err := buildlocal.New(buildlocal.Config{Dir: artifactDir(c), Limits: c.BuildLimits, Timeout: c.BuildTimeout},
 					blobs, runtimes, confine, log)
 				if err != nil {
 					return nil, err
 				}
+				b.SetObserver(obs)
 				lc.Append(fx.Hook{OnStart: b.Start, OnStop: b.Stop})
 				return b, nil
 			}),
@@ -122,11 +123,13 @@ func builderOptions(c Config, ch choices) fx.Option {
 	case "crane":
 		return fx.Module("build",
 			fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "build") }),
-			fx.Provide(func(lc fx.Lifecycle, blobs storage.Blobs, runtimes *runtime.Registry, log *slog.Logger) (build.Builder, error) {
+			fx.Provide(func(lc fx.Lifecycle, blobs storage.Blobs, runtimes *runtime.Registry, obs build.Observer,
+				log *slog.Logger) (build.Builder, error) {
 				b, err := crane.New(craneConfig(c), blobs, runtimes, log)
 				if err != nil {
 					return nil, err
 				}
+				b.SetObserver(obs)
 				lc.Append(fx.Hook{OnStart: b.Start, OnStop: b.Stop})
 				return b, nil
 			}),

@@ -25,7 +25,7 @@ func TestClusterModeBuildsWithCrane(t *testing.T) {
 		t.Fatalf("the cluster mode builds with %q, want crane", ch.builder)
 	}
 	var b build.Builder
-	app := fxtest.New(t, builderOptions(cfg, ch), fx.Supply(discard),
+	app := fxtest.New(t, builderOptions(cfg, ch), fx.Supply(discard, fx.Annotate(build.Observers{}, fx.As(new(build.Observer)))),
 		fx.Provide(func() (storage.Blobs, error) { return blobfs.New(t.TempDir()) }),
 		fx.Provide(func() (*runtime.Registry, error) { return runtime.NewRegistry([]runtime.Provider{python.New()}) }),
 		fx.Populate(&b))

@@ -71,6 +71,7 @@ func newRoot(plugins []fx.Option) *cobra.Command {
 		newTriggerCmd(g),
 		newJobCmd(g),
 		newTokenCmd(g),
+		newTopCmd(g),
 		newImageCmd(),
 		newVersionCmd(),
 	)

@@ -417,3 +417,17 @@ func (c *Client) GetInvocation(ctx context.Context, ns, id string) (*invoke.Reco
 	var out invoke.Record
 	return &out, c.doJSON(ctx, http.MethodGet, objPath("invocations", ns, id), nil, &out)
 }
+
+// Metrics returns the series of namespace ns in the Prometheus text format,
+// as the server's /metrics has them (GET /v1/namespaces/{ns}/metrics).
+func (c *Client) Metrics(ctx context.Context, ns string) ([]byte, error) {
+	path := "/v1/namespaces/" + url.PathEscape(ns) + "/metrics"
+	resp, data, err := c.send(ctx, c.httpClient(), http.MethodGet, path, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		return nil, decodeError(resp.StatusCode, resp.Status, data)
+	}
+	return data, nil
+}

@@ -231,6 +231,7 @@ func TestInvoke(t *testing.T) {
 // record is the part of an invocation record the tests read.
 type record struct {
 	ID          string  `json:"id"`
+	Function    string  `json:"function"`
 	StatusCode  int     `json:"status_code"`
 	TriggerKind string  `json:"trigger_kind"`
 	Logs        string  `json:"logs"`

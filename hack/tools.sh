@@ -12,6 +12,10 @@
 #   versitygw   S3 server (Apache-2.0) used by the S3 blob store tests
 #   terraform   Terraform CLI v1.5.7 (the last MPL-2.0 release) for the
 #               provider's acceptance tests in terraform/ (~525 s CPU cold)
+#   victoriametrics
+#               VictoriaMetrics single-node (Apache-2.0), the receiver of the
+#               metrics push tests and the query engine of the dashboard's
+#               tests (~60 s CPU cold)
 #   envtest     kube-apiserver v1.34.4 and etcd v3.6.16 for controller-runtime's
 #               envtest; prints the directory to use as KUBEBUILDER_ASSETS
 #               (~900 s CPU and 1.8 GB of memory cold)
@@ -23,6 +27,7 @@ VERSITYGW_VERSION=v1.8.0
 TERRAFORM_VERSION=v1.5.7
 KUBERNETES_VERSION=v1.34.4
 ETCD_VERSION=v3.6.16
+VICTORIAMETRICS_VERSION=v1.151.0
 
 cache="${SLESS_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sless-tools}"
 
@@ -49,9 +54,10 @@ build_locked() {
 	flock 9
 }
 
-# go_install PKG VERSION NAME: install PKG@VERSION into $cache/NAME-VERSION/bin.
+# go_install PKG VERSION NAME [BIN]: install PKG@VERSION, whose command is
+# named BIN (default NAME), into $cache/NAME-VERSION/bin/NAME.
 go_install() {
-	local pkg=$1 version=$2 name=$3
+	local pkg=$1 version=$2 name=$3 command=${4:-$3}
 	local dir="$cache/$name-$version"
 	local bin="$dir/bin/$name"
 	if [[ ! -x "$bin" ]]; then
@@ -62,7 +68,7 @@ go_install() {
 			tmp=$(mktemp -d "$dir/tmp.XXXXXX")
 			GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-mod=mod go install -trimpath -ldflags "-s -w" "$pkg@$version" >&2
 			mkdir -p "$dir/bin"
-			mv "$tmp/$name" "$bin"
+			mv "$tmp/$command" "$bin"
 			rm -rf "$tmp"
 		fi
 		exec 9>&-
@@ -130,8 +136,11 @@ terraform)
 envtest)
 	envtest
 	;;
+victoriametrics)
+	go_install github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics "$VICTORIAMETRICS_VERSION" victoriametrics victoria-metrics
+	;;
 *)
-	echo "usage: hack/tools.sh [--cached] versitygw|terraform|envtest" >&2
+	echo "usage: hack/tools.sh [--cached] versitygw|terraform|envtest|victoriametrics" >&2
 	exit 2
 	;;
 esac

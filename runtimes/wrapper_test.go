@@ -134,7 +134,8 @@ def echo(event, ctx):
 def context(event, ctx):
     return {"function": ctx.function_name, "namespace": ctx.namespace, "invocationId": ctx.invocation_id,
             "method": ctx.method, "path": ctx.path, "query": ctx.query, "headers": ctx.headers,
-            "trigger": ctx.trigger, "deadlineMs": ctx.deadline_ms, "remainingMs": ctx.remaining_ms()}
+            "trigger": ctx.trigger, "deadlineMs": ctx.deadline_ms, "remainingMs": ctx.remaining_ms(),
+            "traceparent": ctx.traceparent, "traceId": ctx.trace_id}
 
 
 def fail(event, ctx):
@@ -319,6 +320,7 @@ const routes = {
     function: ctx.functionName, namespace: ctx.namespace, invocationId: ctx.invocationId,
     method: ctx.method, path: ctx.path, query: ctx.query, headers: ctx.headers,
     trigger: ctx.trigger, deadlineMs: ctx.deadlineMs, remainingMs: ctx.remainingMs(),
+    traceparent: ctx.traceparent, traceId: ctx.traceId,
   }),
   fail: () => { console.log('about to fail'); throw new RangeError('boom'); },
   'fail-async': async () => { await sleep(1); throw new TypeError('async boom'); },
@@ -700,10 +702,12 @@ func testContext(t *testing.T, s *suite) {
 		"X-Sless-Deadline":      strconv.FormatInt(deadline, 10),
 		"X-Sless-Trigger":       trigger,
 		"X-Custom-Header":       "custom",
+		"Traceparent":           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	})
 	wantStatus(t, res, http.StatusOK)
 	got := res.json(t)
 	want := map[string]any{
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
 		"function": "app", "namespace": "tests", "invocationId": "inv-123", "method": "PUT",
 		"path": "/context/a b", "query": map[string]any{"a": "2", "q": "x y", "empty": ""},
 		"trigger":    map[string]any{"kind": "rabbitmq", "name": "orders", "message": map[string]any{"id": "m-1"}},
@@ -729,6 +733,9 @@ func testContext(t *testing.T, s *suite) {
 	}
 	if got["path"] != "/context" || !reflect.DeepEqual(got["query"], map[string]any{}) {
 		t.Errorf("context path, query = %v, %v; want /context and an empty object", got["path"], got["query"])
+	}
+	if got["traceparent"] != "" || got["traceId"] != "" {
+		t.Errorf("context traceparent, trace id without the header = %q, %q; want empty", got["traceparent"], got["traceId"])
 	}
 }
 

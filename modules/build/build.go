@@ -130,3 +130,31 @@ func AsError(err error) (*Error, bool) {
 	ok := errors.As(err, &e)
 	return e, ok
 }
+
+// Observer is told about every build's end, for metrics and traces.
+// Implementations are safe for concurrent use and return quickly.
+type Observer interface {
+	// BuildEnded reports that req's build, started at start, took took and
+	// gave res, or err (a context error when it was cancelled).
+	BuildEnded(req Request, start time.Time, took time.Duration, res Result, err error)
+	// Forget reports that the function is gone: what is kept about it
+	// (metric series) goes.
+	Forget(namespace, function string)
+}
+
+// Observers tell each of their members.
+type Observers []Observer
+
+// BuildEnded implements Observer.
+func (os Observers) BuildEnded(req Request, start time.Time, took time.Duration, res Result, err error) {
+	for _, o := range os {
+		o.BuildEnded(req, start, took, res, err)
+	}
+}
+
+// Forget implements Observer.
+func (os Observers) Forget(namespace, function string) {
+	for _, o := range os {
+		o.Forget(namespace, function)
+	}
+}

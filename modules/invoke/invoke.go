@@ -61,6 +61,11 @@ type Record struct {
 	Error         string `json:"error,omitempty"`
 	RequestBytes  int64  `json:"request_bytes"`
 	ResponseBytes int64  `json:"response_bytes"`
+	// TraceID is the W3C trace id of the invocation (32 lower-case hex
+	// digits): the caller's, from the traceparent header of /fn, or a new
+	// one. The invocation's own span id is the last 16 hex digits of its
+	// ID. Empty in records made before traces were kept.
+	TraceID string `json:"trace_id,omitempty"`
 	// Logs is what the handler printed (capped by the wrapper); only Get
 	// returns it.
 	Logs string `json:"logs,omitempty"`

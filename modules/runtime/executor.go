@@ -218,6 +218,9 @@ type Invocation struct {
 	Deadline time.Time
 	// Trigger is the JSON of the X-Sless-Trigger header.
 	Trigger []byte
+	// Traceparent, when set, is sent as the traceparent header in place of
+	// the client's: the invocation's W3C trace context.
+	Traceparent string
 	// MaxResponseBytes, when positive, caps the response body: a longer
 	// declared body fails Do with ErrResponseTooLarge before anything is
 	// written, a longer undeclared one is cut at the limit with that error in
@@ -244,4 +247,36 @@ type Result struct {
 	// Err is a failure after the response started (the client went away,
 	// the instance died mid-body).
 	Err error
+}
+
+// InstanceStats is a snapshot of one function's instances as an executor's
+// data plane sees them, for metrics.
+type InstanceStats struct {
+	Key meta.Key
+	// Starting, Idle and Busy count the instances by state: being started
+	// (a cold start or a prewarm), serving no invocation, serving at least
+	// one.
+	Starting, Idle, Busy int
+	// Queued counts the invocations waiting for capacity.
+	Queued int
+	// MemoryKills counts the instances killed for exceeding their memory
+	// limit, Restarts the instances replaced because they crashed, were
+	// killed or timed out, since the function was deployed.
+	MemoryKills, Restarts uint64
+}
+
+// StatsReporter is implemented by executors whose data plane reports its
+// instances. InstanceStats is called at each scrape of the metrics: it
+// takes each function's lock briefly and never blocks on an instance.
+type StatsReporter interface {
+	InstanceStats() []InstanceStats
+}
+
+// UndeployNotifier is implemented by executors whose data plane learns that
+// a function is no longer deployed (deleted, or left without a build), so
+// that what other modules keep per function (metric series) is dropped with
+// it. The callbacks run synchronously on the undeploying goroutine and must
+// return quickly; register them before the executor starts.
+type UndeployNotifier interface {
+	OnUndeploy(f func(key meta.Key))
 }

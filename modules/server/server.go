@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/fx"
 
 	"sless.kube5s.ru/sless/internal/discovery"
@@ -104,6 +105,7 @@ func New(p Params) *Server {
 		p := principal(c)
 		c.JSON(http.StatusOK, Whoami{Namespace: p.Namespace, Admin: p.AllNamespaces, Function: p.Function})
 	})
+	v1.GET("/namespaces/:ns/metrics", namespaceMetrics(p.Registry))
 	var fast []httpx.FastRoute
 	for _, r := range p.Routes {
 		r.Register(v1, s.engine)
@@ -196,6 +198,42 @@ func authorizeNamespace(c *gin.Context) {
 	if p := principal(c); !p.CanAccess(ns) {
 		c.AbortWithStatusJSON(http.StatusForbidden, httpx.ErrorBody{Error: p.Refusal(ns)})
 	}
+}
+
+// namespaceMetrics serves the series of one namespace (those labelled
+// namespace="{ns}") in the format /metrics has, for a tenant's token, which
+// may not read /metrics' series of other namespaces on the API.
+func namespaceMetrics(reg prometheus.Gatherer) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ns := c.Param("ns")
+		only := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+			families, err := reg.Gather()
+			return filterNamespace(families, ns), err
+		})
+		promhttp.HandlerFor(only, promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
+	}
+}
+
+// filterNamespace keeps the series labelled namespace=ns, and the families
+// that have some.
+func filterNamespace(families []*dto.MetricFamily, ns string) []*dto.MetricFamily {
+	out := families[:0]
+	for _, f := range families {
+		kept := f.Metric[:0]
+		for _, m := range f.Metric {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "namespace" && l.GetValue() == ns {
+					kept = append(kept, m)
+					break
+				}
+			}
+		}
+		if len(kept) > 0 {
+			f.Metric = kept
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func readyz(checks []ReadyCheck) gin.HandlerFunc {

@@ -177,3 +177,33 @@ func TestFrontOnTheListener(t *testing.T) {
 		t.Errorf("metrics lack %s", want)
 	}
 }
+
+// TestNamespaceMetrics: /v1/namespaces/{ns}/metrics serves the series of
+// that namespace only, to a token of it.
+func TestNamespaceMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sless_invocations_total", Help: "h"}, []string{"namespace", "function"})
+	up := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sless_other_gauge", Help: "h"})
+	reg.MustRegister(calls, up)
+	calls.WithLabelValues("team-a", "hello").Add(3)
+	calls.WithLabelValues("team-b", "secret").Add(5)
+	s := server.New(server.Params{
+		Config: server.Config{Listen: "127.0.0.1:0"}, Auth: tenantAuth{auth.NewStaticToken("admin-token-0123456789")},
+		Registry: reg, Log: slog.New(slog.DiscardHandler), LC: fxtest.NewLifecycle(t),
+	})
+	get := func(token, ns string) (int, string) {
+		req := httptest.NewRequest("GET", "/v1/namespaces/"+ns+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	code, body := get("tenant-token", "team-a")
+	if code != 200 || !strings.Contains(body, `sless_invocations_total{function="hello",namespace="team-a"} 3`) ||
+		strings.Contains(body, "team-b") || strings.Contains(body, "sless_other_gauge") {
+		t.Errorf("team-a's metrics: %d\n%s\nwant team-a's series only", code, body)
+	}
+	if code, _ := get("tenant-token", "team-b"); code != 403 {
+		t.Errorf("team-b's metrics with team-a's token: %d, want 403", code)
+	}
+}

@@ -125,6 +125,17 @@ class Context {
     return this.#trigger;
   }
 
+  /** The invocation's W3C trace context, for the calls the handler makes ('' when absent). */
+  get traceparent() {
+    return this.headers.traceparent || '';
+  }
+
+  /** The invocation's W3C trace id, 32 hex digits ('' when absent). */
+  get traceId() {
+    const tp = this.headers.traceparent || '';
+    return tp.length >= 55 ? tp.slice(3, 35) : '';
+  }
+
   /** Milliseconds left until the deadline (never negative; Infinity without a deadline). */
   remainingMs() {
     if (this.deadlineMs === null) return Infinity;

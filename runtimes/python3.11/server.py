@@ -226,6 +226,17 @@ class Context:
             self._trigger = _parse_trigger(self.headers.get("x-sless-trigger"))
         return self._trigger
 
+    @property
+    def traceparent(self):
+        """The invocation's W3C trace context, for the calls the handler makes ("" when absent)."""
+        return self.headers.get("traceparent", "")
+
+    @property
+    def trace_id(self):
+        """The invocation's W3C trace id, 32 hex digits ("" when absent)."""
+        tp = self.headers.get("traceparent", "")
+        return tp[3:35] if len(tp) >= 55 else ""
+
     def remaining_ms(self):
         """Milliseconds left until the deadline (never negative; math.inf without a deadline)."""
         if self.deadline_ms is None:

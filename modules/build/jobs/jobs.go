@@ -25,6 +25,8 @@ type RunFunc func(ctx context.Context, req build.Request) (build.Result, error)
 type Jobs struct {
 	run RunFunc
 	log *slog.Logger
+	// observer, when set, is told about every build's end.
+	observer build.Observer
 
 	mu sync.Mutex
 	// jobs is the build of each function ("namespace/name").
@@ -51,6 +53,10 @@ type job struct {
 func New(run RunFunc, log *slog.Logger) *Jobs {
 	return &Jobs{run: run, log: log, jobs: map[string]*job{}}
 }
+
+// SetObserver makes o hear of every build's end and of every function
+// whose builds are cancelled for good (Cancel). Call it before Start.
+func (js *Jobs) SetObserver(o build.Observer) { js.observer = o }
 
 // Start lets builds run; they outlive ctx, Stop cancels them.
 func (js *Jobs) Start(ctx context.Context) error {
@@ -120,6 +126,9 @@ func (js *Jobs) Cancel(_ context.Context, namespace, function string) error {
 		j.cancel()
 		delete(js.jobs, fk)
 	}
+	if js.observer != nil {
+		js.observer.Forget(namespace, function)
+	}
 	return nil
 }
 
@@ -129,8 +138,12 @@ func (js *Jobs) runJob(ctx context.Context, fk string, j *job, req build.Request
 	defer j.cancel()
 	start := time.Now()
 	res, err := js.run(ctx, req)
+	took := time.Since(start)
 	js.log.DebugContext(ctx, "build ended", "namespace", req.Namespace, "function", req.Function,
-		"code_sha256", req.CodeSHA256, "reused", res.Reused, "duration", time.Since(start), "error", err)
+		"code_sha256", req.CodeSHA256, "reused", res.Reused, "duration", took, "error", err)
+	if js.observer != nil {
+		js.observer.BuildEnded(req, start, took, res, err)
+	}
 	js.mu.Lock()
 	j.res, j.err = res, err
 	close(j.done)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
 	"sless.kube5s.ru/sless/internal/controller"
@@ -16,6 +17,7 @@ import (
 	"sless.kube5s.ru/sless/modules/build/safezip"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/fnapi"
+	"sless.kube5s.ru/sless/modules/functions/fnmetrics"
 	"sless.kube5s.ru/sless/modules/functions/fnstore"
 	"sless.kube5s.ru/sless/modules/functions/prune"
 	"sless.kube5s.ru/sless/modules/functions/reconcile"
@@ -47,9 +49,16 @@ const defaultArtifactGrace = time.Hour
 // functions.ChangeNotifier (the driver of the reconciler), which app/ picks.
 var Module = fx.Module("functions",
 	logger,
-	fx.Provide(httpx.AsRoutes(newAPI)),
+	fx.Provide(httpx.AsRoutes(newAPI), newPhases),
 	fx.Invoke(startPruning),
 )
+
+// newPhases returns the collector of the functions' phases, which the
+// reconciler's driver of either mode makes it hear, registered on reg.
+func newPhases(reg *prometheus.Registry) (*fnmetrics.Phases, error) {
+	p := fnmetrics.New()
+	return p, reg.Register(p)
+}
 
 // SQLStore provides functions.Store with the gorm store and its migrations.
 var SQLStore = fx.Module("functions-store",
@@ -70,10 +79,11 @@ var logger = fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("modu
 type Controller = controller.Controller[functions.Key]
 
 func newController(lc fx.Lifecycle, c Config, store functions.Store, builder build.Builder, deployer runtime.Deployer,
-	suspension functions.Suspension, log *slog.Logger) (*Controller, functions.ChangeNotifier) {
+	suspension functions.Suspension, phases *fnmetrics.Phases, log *slog.Logger) (*Controller, functions.ChangeNotifier) {
 	var ctrl *Controller
 	// A build that ended enqueues its function, which reads the result.
 	rec := reconcile.New(store, builder, deployer, suspension, func(k functions.Key) { ctrl.Enqueue(k) }, log)
+	rec.ObservePhases(phases)
 	ctrl = controller.New("functions", rec.Reconcile, store.Keys, c.Workers, log)
 	lc.Append(fx.Hook{OnStart: ctrl.Start, OnStop: ctrl.Stop})
 	return ctrl, functions.NotifierFunc(ctrl.Enqueue)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
@@ -53,6 +54,7 @@ func TestModuleReconcilesChanges(t *testing.T) {
 		storagefx.Module, runtimefx.Module, functionsfx.Module, functionsfx.SQLStore, functionsfx.WorkQueue,
 		fx.Supply(
 			log,
+			prometheus.NewRegistry(),
 			storagefx.Config{DatabaseURL: "sqlite:" + filepath.Join(dir, "db")},
 			functionsfx.Config{UploadLimits: safezip.DefaultLimits(), UploadDir: dir, Workers: 2,
 				ArtifactGrace: 100 * time.Millisecond},

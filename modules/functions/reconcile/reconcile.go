@@ -32,7 +32,19 @@ type Reconciler struct {
 	suspension functions.Suspension
 	notify     func(functions.Key)
 	log        *slog.Logger
+	phases     PhaseObserver
 }
+
+// PhaseObserver hears the phase of every function a pass reconciled, and ""
+// for one found deleted, for metrics. It is safe for concurrent use and
+// returns quickly.
+type PhaseObserver interface {
+	Phase(key functions.Key, phase functions.Phase)
+}
+
+// ObservePhases makes o hear every function's phase. Call it before the
+// driver starts.
+func (r *Reconciler) ObservePhases(o PhaseObserver) { r.phases = o }
 
 // The reconciler asks again after these while it waits.
 const (
@@ -61,6 +73,9 @@ func New(store functions.Store, builder build.Builder, deployer runtime.Deployer
 func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconciler.Result, error) {
 	fn, err := r.store.Get(ctx, key)
 	if errors.Is(err, functions.ErrNotFound) {
+		if r.phases != nil {
+			r.phases.Phase(key, "")
+		}
 		return reconciler.Result{}, errors.Join(r.builder.Cancel(ctx, key.Namespace, key.Name),
 			r.deployer.Undeploy(ctx, key))
 	}
@@ -241,6 +256,9 @@ func failureMessage(err error) string {
 }
 
 func (r *Reconciler) setStatus(ctx context.Context, fn *functions.Function, st functions.Status) error {
+	if r.phases != nil {
+		r.phases.Phase(fn.Key(), st.Phase)
+	}
 	if reflect.DeepEqual(st, fn.Status) {
 		return nil
 	}

@@ -21,6 +21,7 @@ import (
 	"sless.kube5s.ru/sless/modules/server"
 	"sless.kube5s.ru/sless/modules/server/httpx"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
+	"sless.kube5s.ru/sless/modules/tracing"
 )
 
 // Config configures the invoke module.
@@ -50,7 +51,25 @@ var Module = fx.Module("invoke",
 		httpx.AsRoutes(func(p *proxy.Proxy) *proxy.Proxy { return p }),
 		httpx.AsRoutes(ledgerapi.New),
 	),
+	fx.Invoke(observe),
 )
+
+// observeParams: the exporter is there only when spans are exported.
+type observeParams struct {
+	fx.In
+	Registry *prometheus.Registry
+	Proxy    *proxy.Proxy
+	Tracer   tracing.Exporter `optional:"true"`
+}
+
+// observe registers the invocations' series and, when spans are exported,
+// makes the proxy export theirs.
+func observe(p observeParams) error {
+	if p.Tracer != nil {
+		p.Proxy.Trace(p.Tracer)
+	}
+	return p.Registry.Register(p.Proxy.Metrics())
+}
 
 // SQLLedger provides invoke.Ledger with the ledger that appends records to
 // a journal under the data directory and drains it into the database in

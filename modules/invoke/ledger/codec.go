@@ -10,8 +10,13 @@ import (
 // A row in the journal is a version byte, then its fields in the order of
 // the row struct: strings as a uvarint length and the bytes, floats as 8
 // bytes, integers as varints, the start time as Unix microseconds. It is a
-// tenth of the cost of JSON, and the journal's CRC guards it.
-const codecVersion = 1
+// tenth of the cost of JSON, and the journal's CRC guards it. Version 2
+// adds the trace id after the logs; version 1 rows, which a journal written
+// before may hold, decode with none.
+const (
+	codecVersion   = 2
+	codecVersionV1 = 1
+)
 
 var errBadRecord = errors.New("an invocation record in the journal cannot be decoded")
 
@@ -34,7 +39,8 @@ func appendRow(b []byte, r *row) []byte {
 	b = binary.AppendVarint(b, r.RequestBytes)
 	b = binary.AppendVarint(b, r.ResponseBytes)
 	b = appendString(b, r.Error)
-	return appendString(b, r.Logs)
+	b = appendString(b, r.Logs)
+	return appendString(b, r.TraceID)
 }
 
 func appendString(b []byte, s string) []byte {
@@ -91,7 +97,8 @@ func (d *decoder) byte() byte {
 // decodeRow decodes what appendRow encoded.
 func decodeRow(b []byte) (row, error) {
 	d := decoder{b: b}
-	if d.byte() != codecVersion {
+	version := d.byte()
+	if version != codecVersion && version != codecVersionV1 {
 		return row{}, errBadRecord
 	}
 	var r row
@@ -108,6 +115,9 @@ func decodeRow(b []byte) (row, error) {
 	r.ResponseBytes = d.varint()
 	r.Error = d.string()
 	r.Logs = d.string()
+	if version == codecVersion {
+		r.TraceID = d.string()
+	}
 	if d.err != nil || len(d.b) != 0 {
 		return row{}, errBadRecord
 	}

@@ -239,9 +239,7 @@ func (l *Ledger) Stop(ctx context.Context) error {
 		l.log.Warn("stopped with invocation records not yet in the database; they are kept in the journal and written at the next start",
 			"bytes", left, "journal", l.opts.Journal.Dir, "error", lastErr)
 	}
-	l.mu.Lock()
-	held, lost := len(l.held), l.lost
-	l.mu.Unlock()
+	held, lost := l.heldAndLost()
 	if held+lost > 0 {
 		return fmt.Errorf("stopping the invocation ledger: %d invocation records could be kept neither in the journal nor in the database: %w", held+lost, ErrNotRecording)
 	}
@@ -413,4 +411,12 @@ func (l *Ledger) Check(context.Context) error {
 		return fmt.Errorf("the database has refused invocation records for %s; %d bytes of them wait in the journal", d.Round(time.Second), l.behind())
 	}
 	return nil
+}
+
+// heldAndLost returns how many records wait in memory and how many were
+// lost.
+func (l *Ledger) heldAndLost() (held, lost int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held), l.lost
 }

@@ -117,6 +117,13 @@ func Migrations() []sqldb.Migration {
 			}
 			return nil
 		},
+	}, {
+		// Both dialects add a column with a constant default without
+		// rewriting the table; on PostgreSQL every partition gets it.
+		Module: "invoke", Version: 2, Name: "add the trace id of invocations",
+		Up: func(tx *gorm.DB) error {
+			return tx.Exec(`ALTER TABLE invocations ADD COLUMN trace_id text NOT NULL DEFAULT ''`).Error
+		},
 	}}
 }
 
@@ -142,6 +149,7 @@ type row struct {
 	RequestBytes  int64
 	ResponseBytes int64
 	Logs          string
+	TraceID       string `gorm:"column:trace_id"`
 }
 
 func (row) TableName() string { return table }
@@ -172,7 +180,7 @@ func toRow(r *invoke.Record) row {
 		ColdStart: r.ColdStart, ColdStartMS: finite(r.ColdStartMS), HandlerMS: finite(r.HandlerMS),
 		StatusCode: r.StatusCode, Error: cleanText(r.Error),
 		RequestBytes: r.RequestBytes, ResponseBytes: r.ResponseBytes,
-		Logs: cleanText(r.Logs),
+		Logs: cleanText(r.Logs), TraceID: cleanText(r.TraceID),
 	}
 }
 
@@ -185,7 +193,7 @@ func fromRow(r *row) *invoke.Record {
 		ColdStart: r.ColdStart, ColdStartMS: r.ColdStartMS, HandlerMS: r.HandlerMS,
 		StatusCode: r.StatusCode, Error: r.Error,
 		RequestBytes: r.RequestBytes, ResponseBytes: r.ResponseBytes,
-		Logs: r.Logs,
+		Logs: r.Logs, TraceID: r.TraceID,
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 
 const (
 	// The rows of one INSERT statement on PostgreSQL (a batch may take
-	// several, in its one transaction): 1000 rows of 18 columns stay well
+	// several, in its one transaction): 1000 rows of 19 columns stay well
 	// under its 65535 bind parameters whatever BatchSize is.
 	postgresRowsPerInsert = 1000
 	// Failed batches are retried after retryMin, doubling up to retryMax:
@@ -147,8 +147,10 @@ func (l *Ledger) advance(pos journal.Pos) {
 func (l *Ledger) writeBatch(ctx context.Context, batch []row) bool {
 	delay := retryMin
 	for {
+		start := time.Now()
 		err := l.insert(ctx, batch)
 		if err == nil {
+			l.metrics.wrote(len(batch), time.Since(start))
 			l.writeSucceeded()
 			return true
 		}
@@ -210,7 +212,7 @@ func (l *Ledger) hold(r row, err error) {
 		l.log.Error("the invocation journal cannot be written; /fn refuses new invocations until it can, and keeps those in flight in memory", "error", err)
 	}
 	if !kept {
-		l.log.Error("an invocation record is lost: the journal cannot be written and memory holds its limit", "id", r.ID,
+		l.log.Error("an invocation record is lost: the journal cannot be written and memory holds its limit", "invocation_id", r.ID,
 			"namespace", r.Namespace, "function", r.Function, "status_code", r.StatusCode, "limit", maxHeld)
 	}
 	l.metrics.refusedByJournal()
@@ -279,10 +281,10 @@ func (l *Ledger) insert(ctx context.Context, rows []row) error {
 // sqliteColumns are the columns of an invocation row, in the order
 // insertPrepared binds them.
 const sqliteColumns = `id, namespace, function, trigger_kind, trigger_name, method, path, started_at,
-	duration_ms, queue_ms, cold_start, cold_start_ms, handler_ms, status_code, error, request_bytes, response_bytes, logs`
+	duration_ms, queue_ms, cold_start, cold_start_ms, handler_ms, status_code, error, request_bytes, response_bytes, logs, trace_id`
 
 // sqliteRowsPerInsert is how many rows one execution of the multi-row
-// INSERT writes: 50 rows of 18 columns stay well under SQLite's 32766 bind
+// INSERT writes: 50 rows of 19 columns stay well under SQLite's 32766 bind
 // parameters.
 const sqliteRowsPerInsert = 50
 
@@ -294,7 +296,7 @@ func sqliteInsert(n int) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	b.WriteString(" ON CONFLICT DO NOTHING")
 	return b.String()
@@ -327,7 +329,7 @@ func (l *Ledger) insertPrepared(ctx context.Context, rows []row) error {
 	// Without a Done channel the driver starts no watcher goroutine per
 	// statement; a batch is short.
 	execCtx := context.WithoutCancel(ctx)
-	args := make([]any, 0, 18*sqliteRowsPerInsert)
+	args := make([]any, 0, 19*sqliteRowsPerInsert)
 	for len(rows) > 0 {
 		n, query := sqliteRowsPerInsert, insertSQLiteMany
 		if len(rows) < n {
@@ -343,7 +345,7 @@ func (l *Ledger) insertPrepared(ctx context.Context, rows []row) error {
 				r := &rows[i]
 				args = append(args, r.ID, r.Namespace, r.Function, r.TriggerKind, r.TriggerName, r.Method, r.Path,
 					r.StartedAt, r.DurationMS, r.QueueMS, r.ColdStart, r.ColdStartMS, r.HandlerMS, r.StatusCode, r.Error,
-					r.RequestBytes, r.ResponseBytes, r.Logs)
+					r.RequestBytes, r.ResponseBytes, r.Logs, r.TraceID)
 			}
 			if _, err := stmt.ExecContext(execCtx, args...); err != nil {
 				stmt.Close()

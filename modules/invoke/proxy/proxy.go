@@ -21,12 +21,14 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/server/httpx"
+	"sless.kube5s.ru/sless/modules/tracing"
 )
 
 // Config configures the proxy.
@@ -49,6 +51,9 @@ type Proxy struct {
 	authn     auth.Authenticator
 	log       *slog.Logger
 	refusals  *refusals
+	metrics   *metrics
+	// tracer, when set, exports the spans of sampled invocations.
+	tracer tracing.Exporter
 }
 
 var _ invoke.Invoker = (*Proxy)(nil)
@@ -64,9 +69,22 @@ func New(cfg Config, instances runtime.Instances, store functions.Store, ledger 
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = 6 << 20
 	}
-	return &Proxy{cfg: cfg, instances: instances, store: store, ledger: ledger, exposure: exposure, authn: authn, log: log,
-		refusals: newRefusals(ledger, time.Second)}
+	p := &Proxy{cfg: cfg, instances: instances, store: store, ledger: ledger, exposure: exposure, authn: authn, log: log,
+		refusals: newRefusals(ledger, time.Second), metrics: newMetrics()}
+	if n, ok := instances.(runtime.UndeployNotifier); ok {
+		// A deleted function's series go with it.
+		n.OnUndeploy(p.metrics.forget)
+	}
+	return p
 }
+
+// Trace makes the proxy export the spans of the invocations that e samples
+// (or whose traceparent says sampled). Call it before serving.
+func (p *Proxy) Trace(e tracing.Exporter) { p.tracer = e }
+
+// Metrics returns the collector of the invocations' series (by function:
+// counts by trigger kind and outcome, cold starts, durations).
+func (p *Proxy) Metrics() prometheus.Collector { return p.metrics }
 
 // Stop records what the proxy counted and has not recorded yet: the
 // summaries of refusals at capacity. It runs after the HTTP server stopped
@@ -222,6 +240,7 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, ns, name strin
 // notExposed answers /fn for a function without an enabled http trigger.
 func (p *Proxy) notExposed(w http.ResponseWriter, r *http.Request, ns, name string) {
 	if _, err := p.store.Get(r.Context(), functions.Key{Namespace: ns, Name: name}); errors.Is(err, functions.ErrNotFound) {
+		p.metrics.notFound.Add(1)
 		writeNotFound(w, ns, name)
 		return
 	}
@@ -245,6 +264,14 @@ type call struct {
 	begin bool
 	// cut: the response failed after its head was written.
 	cut bool
+	// refusal is the platform's answer in place of the function's, for
+	// the metrics; outcomeNone when the function answered.
+	refusal outcome
+	// leased: an instance took the invocation's capacity.
+	leased bool
+	// traceparent is what the handler gets: the invocation's trace and the
+	// id of its handler span.
+	traceparent string
 }
 
 // Invoke implements invoke.Invoker through the same path as /fn.
@@ -292,11 +319,17 @@ func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Respons
 func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	start := time.Now()
 	id := c.id
+	var u uuid.UUID
 	if id == "" {
-		id = uuid.Must(uuid.NewV7()).String() // fails only when crypto/rand does
+		u = uuid.Must(uuid.NewV7()) // fails only when crypto/rand does
+		id = u.String()
+	} else if u, _ = uuid.Parse(id); u == uuid.Nil {
+		u = uuid.New()
 	}
+	span := p.startSpan(c, u)
+	c.traceparent = span.handlerTraceparent()
 	rec := &invoke.Record{ID: id, Namespace: c.ns, Function: c.name, TriggerKind: c.kind, TriggerName: c.trigName,
-		Method: c.r.Method, Path: c.path, StartedAt: start.UTC()}
+		Method: c.r.Method, Path: c.path, StartedAt: start.UTC(), TraceID: c.traceparent[3:35]}
 	end, err := p.admit(c, rec)
 	if err != nil {
 		// Nothing runs that could not be recorded; nothing is recorded.
@@ -309,10 +342,23 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 		defer end()
 	}
 	c.w.Header().Set("X-Sless-Invocation-Id", rec.ID)
+	series := p.metrics.lookup(functions.Key{Namespace: c.ns, Name: c.name})
 	p.run(ctx, c, rec, start)
-	rec.DurationMS = ms(time.Since(start))
+	took := time.Since(start)
+	rec.DurationMS = ms(took)
 	if rec.StatusCode != 0 {
 		p.ledger.Record(rec)
+	}
+	p.metrics.observe(series, c, rec, took)
+	if p.tracer != nil && span.Sampled() && rec.StatusCode != 0 {
+		p.exportSpans(&span, c, rec, start, took)
+	}
+	if rec.StatusCode != 0 && p.log.Enabled(ctx, slog.LevelDebug) {
+		// Only at debug level: a line per invocation costs more than
+		// the rest of the platform's work for it.
+		p.log.DebugContext(ctx, "invocation ended", "namespace", c.ns, "function", c.name, "invocation_id", rec.ID,
+			"trace_id", rec.TraceID, "trigger_kind", c.kind, "status_code", rec.StatusCode, "cold_start", rec.ColdStart,
+			"duration_ms", rec.DurationMS, "error", rec.Error)
 	}
 	return rec
 }
@@ -402,13 +448,14 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 			p.acquireFailed(ctx, c, rec, err)
 			return
 		}
+		c.leased = true
 		t = lease.Target()
 		cold := lease.ColdStart()
 		rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
 		rec.QueueMS = ms(max(time.Since(start)-cold, 0))
 		inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
-			MaxResponseBytes: p.cfg.MaxResultBytes,
-			BeforeWrite:      func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
+			Traceparent: c.traceparent, MaxResponseBytes: p.cfg.MaxResultBytes,
+			BeforeWrite: func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
 		res, err = lease.Do(doCtx, inv, c.w)
 		if !errors.Is(err, runtime.ErrNotSent) || attempt == maxSendAttempts || (res.RequestBytes > 0 && replay == nil) {
 			break
@@ -428,7 +475,7 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		if errors.Is(res.Err, runtime.ErrCrashed) || errors.Is(res.Err, runtime.ErrResponseTooLarge) {
 			// The function failed to answer, whatever status its head had:
 			// recorded as the 502 an Invoke caller gets.
-			rec.StatusCode = http.StatusBadGateway
+			rec.StatusCode, c.refusal = http.StatusBadGateway, outcomeCrash
 		}
 		if rec.Error == "" {
 			rec.Error = "the response was cut short: " + runtime.PublicMessage(res.Err, res.Err.Error())
@@ -473,6 +520,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		// the invocations that got capacity: a refusal on /fn is counted
 		// into its function's summary record, not recorded on its own.
 		c.w.Header().Del("X-Sless-Invocation-Id")
+		c.refusal = outcomeOverloaded
 		p.refusals.add(c.ns, c.name)
 		p.refusals.pace(ctx)
 		writeError(c.w, http.StatusServiceUnavailable, msg)
@@ -482,9 +530,9 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		p.fail(c, rec, http.StatusServiceUnavailable, fmt.Sprintf("function %q cannot run: %s", c.name,
 			runtime.PublicMessage(err, "this server runs no function instances")))
 	case ctx.Err() != nil:
-		rec.StatusCode, rec.Error = 499, "the client closed the request while it waited for an instance"
+		rec.StatusCode, rec.Error, c.refusal = 499, "the client closed the request while it waited for an instance", outcomeCancelled
 	default:
-		p.log.Error("acquiring an instance failed", "namespace", c.ns, "function", c.name, "error", err)
+		p.log.Error("acquiring an instance failed", "namespace", c.ns, "function", c.name, "invocation_id", rec.ID, "error", err)
 		p.fail(c, rec, http.StatusInternalServerError, "internal error while starting the function; the server log has the details")
 	}
 }
@@ -515,7 +563,7 @@ func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *ru
 
 // fail answers with a JSON error and records it.
 func (p *Proxy) fail(c *call, rec *invoke.Record, code int, msg string) {
-	rec.StatusCode = code
+	rec.StatusCode, c.refusal = code, platformOutcome(code)
 	if rec.Error == "" {
 		rec.Error = msg
 	}

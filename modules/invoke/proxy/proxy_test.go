@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/functions"
@@ -125,35 +127,38 @@ func TestFnErrors(t *testing.T) {
 		// cut: the response fails after its head, so the client sees a
 		// broken connection.
 		cut bool
+		// wantOutcome is the outcome the invocation is counted with, ""
+		// for none (an unknown function is counted apart).
+		wantOutcome string
 	}{
-		{name: "served", do: answer(201, "made"), wantStatus: 201, wantBody: "made", wantRecord: 201},
-		{name: "handler error status passes through", do: answer(500, "oops"), wantStatus: 500, wantBody: "oops", wantRecord: 500},
-		{name: "unknown function", fn: "nope", acquireErr: runtime.ErrNotDeployed, wantStatus: 404,
+		{name: "served", wantOutcome: "2xx", do: answer(201, "made"), wantStatus: 201, wantBody: "made", wantRecord: 201},
+		{name: "handler error status passes through", wantOutcome: "5xx", do: answer(500, "oops"), wantStatus: 500, wantBody: "oops", wantRecord: 500},
+		{name: "unknown function", wantOutcome: "", fn: "nope", acquireErr: runtime.ErrNotDeployed, wantStatus: 404,
 			wantBody: `{"error":"function \"nope\" not found in namespace \"default\""}`},
-		{name: "not deployed yet", acquireErr: runtime.ErrNotDeployed, wantStatus: 503, wantRecord: 503,
+		{name: "not deployed yet", wantOutcome: "unavailable", acquireErr: runtime.ErrNotDeployed, wantStatus: 503, wantRecord: 503,
 			wantBody: `{"error":"function \"fn\" is not ready (phase Building: installing dependencies)"}`},
-		{name: "at capacity is counted, not recorded", acquireErr: runtime.ErrOverloaded, wantStatus: 503, retryAfter: true,
+		{name: "at capacity is counted, not recorded", wantOutcome: "overloaded", acquireErr: runtime.ErrOverloaded, wantStatus: 503, retryAfter: true,
 			wantBody: `{"error":"function \"fn\" is at capacity (max_instances and concurrency reached, and the wait queue is full or nothing freed up in time); retry later"}`},
-		{name: "start failure says why, without the cause",
+		{name: "start failure says why, without the cause", wantOutcome: "crash",
 			acquireErr: runtime.Errorf(runtime.ErrStart, "the handler \"main.handle\" could not be loaded: NameError: x", secret),
 			wantStatus: 502, wantRecord: 502,
 			wantBody: `{"error":"function failed to start: the handler \"main.handle\" could not be loaded: NameError: x"}`},
-		{name: "no instances in this mode says why, without the cause",
+		{name: "no instances in this mode says why, without the cause", wantOutcome: "unavailable",
 			acquireErr: runtime.Errorf(runtime.ErrUnavailable, "invocations are not available in this mode yet", secret),
 			wantStatus: 503, wantRecord: 503,
 			wantBody: `{"error":"function \"fn\" cannot run: invocations are not available in this mode yet"}`},
-		{name: "unclassified acquire failure is internal", acquireErr: secret, wantStatus: 500, wantRecord: 500,
+		{name: "unclassified acquire failure is internal", wantOutcome: "error", acquireErr: secret, wantStatus: 500, wantRecord: 500,
 			wantBody: `{"error":"internal error while starting the function; the server log has the details"}`},
-		{name: "timeout", do: fail(runtime.ErrTimeout), wantStatus: 504, wantRecord: 504,
+		{name: "timeout", wantOutcome: "timeout", do: fail(runtime.ErrTimeout), wantStatus: 504, wantRecord: 504,
 			wantBody: `{"error":"function \"fn\" timed out after 3s"}`},
-		{name: "crash", do: fail(runtime.Errorf(runtime.ErrCrashed, "exit status 7", secret)), wantStatus: 502, wantRecord: 502,
+		{name: "crash", wantOutcome: "crash", do: fail(runtime.Errorf(runtime.ErrCrashed, "exit status 7", secret)), wantStatus: 502, wantRecord: 502,
 			wantBody: `{"error":"function \"fn\" crashed: exit status 7"}`},
-		{name: "response too large", do: fail(runtime.Errorf(runtime.ErrResponseTooLarge, "the body of 7.0 MiB exceeds the limit of 6.0 MiB", nil)),
+		{name: "response too large", wantOutcome: "crash", do: fail(runtime.Errorf(runtime.ErrResponseTooLarge, "the body of 7.0 MiB exceeds the limit of 6.0 MiB", nil)),
 			wantStatus: 502, wantRecord: 502,
 			wantBody: `{"error":"function \"fn\" returned a response too large to pass on: the body of 7.0 MiB exceeds the limit of 6.0 MiB"}`},
-		{name: "unclassified invocation failure is internal", do: fail(secret), wantStatus: 500, wantRecord: 500,
+		{name: "unclassified invocation failure is internal", wantOutcome: "error", do: fail(secret), wantStatus: 500, wantRecord: 500,
 			wantBody: `{"error":"internal error while invoking the function; the server log has the details"}`},
-		{name: "crash after the head is a 502 record and a cut connection",
+		{name: "crash after the head is a 502 record and a cut connection", wantOutcome: "crash",
 			do: func(w http.ResponseWriter) (runtime.Result, error) {
 				w.WriteHeader(200)
 				io.WriteString(w, "part")
@@ -185,6 +190,7 @@ func TestFnErrors(t *testing.T) {
 						t.Fatalf("the cut response read as complete: %d %s", resp.StatusCode, body)
 					}
 					checkRecord(t, ledger, "", tc.wantRecord, tc.wantRecError)
+					checkOutcome(t, p, tc.wantOutcome)
 					return
 				}
 				if err != nil {
@@ -211,6 +217,7 @@ func TestFnErrors(t *testing.T) {
 					wantErr = e.Error
 				}
 				checkRecord(t, ledger, id, tc.wantRecord, wantErr)
+				checkOutcome(t, p, tc.wantOutcome)
 				if strings.Contains(string(body), "/var/lib") {
 					t.Errorf("a server path reached the caller: %s", body)
 				}
@@ -289,4 +296,66 @@ func checkRecord(t *testing.T, ledger *fakeLedger, id string, status int, wantEr
 	if strings.Contains(rec.Error, "/var/lib") {
 		t.Errorf("a server path reached the record: %s", rec.Error)
 	}
+}
+
+// checkOutcome fails t unless p counted one invocation of default/fn over
+// http, with outcome want, or, for "", one of an unknown function.
+func checkOutcome(t *testing.T, p *proxy.Proxy, want string) {
+	t.Helper()
+	got := gather(t, p.Metrics())
+	wantSeries := map[string]float64{"sless_invocations_not_found_total": 0}
+	if want == "" {
+		wantSeries["sless_invocations_not_found_total"] = 1
+	} else {
+		wantSeries[`sless_invocations_total{function="fn",namespace="default",outcome="`+want+`",trigger_kind="http"}`] = 1
+	}
+	for name, v := range got {
+		if strings.HasPrefix(name, "sless_invocations_") && got[name] != wantSeries[name] {
+			t.Errorf("%s = %v, want %v", name, v, wantSeries[name])
+		}
+	}
+	for name, v := range wantSeries {
+		if got[name] != v {
+			t.Errorf("%s = %v, want %v", name, got[name], v)
+		}
+	}
+}
+
+// gather collects c and returns its counters and gauges by name and
+// labels, and each histogram's count as name_count and sum as name_sum.
+func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			series := f.GetName()
+			if len(labels) > 0 {
+				series += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[series] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[series] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				name, rest, _ := strings.Cut(series, "{")
+				if rest != "" {
+					rest = "{" + rest
+				}
+				out[name+"_count"+rest] = float64(m.GetHistogram().GetSampleCount())
+				out[name+"_sum"+rest] = m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return out
 }

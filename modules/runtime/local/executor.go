@@ -108,6 +108,8 @@ type Executor struct {
 	spares map[string]*spares
 	// wrappers maps a runtime to its wrapper file, written once.
 	wrappers map[string]string
+	// onUndeploy are told about every Undeploy (runtime.UndeployNotifier).
+	onUndeploy []func(meta.Key)
 
 	ctx    context.Context // cancelled by Stop
 	cancel context.CancelFunc
@@ -118,8 +120,10 @@ type Executor struct {
 }
 
 var (
-	_ runtime.Deployer  = (*Executor)(nil)
-	_ runtime.Instances = (*Executor)(nil)
+	_ runtime.Deployer         = (*Executor)(nil)
+	_ runtime.Instances        = (*Executor)(nil)
+	_ runtime.StatsReporter    = (*Executor)(nil)
+	_ runtime.UndeployNotifier = (*Executor)(nil)
 )
 
 // New returns a stopped executor.
@@ -231,7 +235,32 @@ func (e *Executor) Undeploy(_ context.Context, key meta.Key) error {
 			go inst.proc.stop(2 * time.Second)
 		}
 	}
+	// Also for a function that had no pool: its invocations may have been
+	// counted as not ready.
+	for _, f := range e.onUndeploy {
+		f(key)
+	}
 	return nil
+}
+
+// OnUndeploy implements runtime.UndeployNotifier.
+func (e *Executor) OnUndeploy(f func(key meta.Key)) {
+	e.onUndeploy = append(e.onUndeploy, f)
+}
+
+// InstanceStats implements runtime.StatsReporter.
+func (e *Executor) InstanceStats() []runtime.InstanceStats {
+	e.mu.RLock()
+	pools := make([]*pool, 0, len(e.pools))
+	for _, p := range e.pools {
+		pools = append(pools, p)
+	}
+	e.mu.RUnlock()
+	out := make([]runtime.InstanceStats, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, p.stats())
+	}
+	return out
 }
 
 // Acquire implements runtime.Instances.
@@ -426,7 +455,7 @@ func (e *Executor) reapIdle(now time.Time) {
 	e.mu.RUnlock()
 	for _, p := range pools {
 		for _, inst := range p.reap(now, e.cfg.IdleTimeout) {
-			e.log.Debug("stopping idle instance", "function", p.key.String(), "pid", inst.proc.cmd.Process.Pid)
+			e.log.Debug("stopping idle instance", "namespace", p.key.Namespace, "function", p.key.Name, "pid", inst.proc.cmd.Process.Pid)
 			go inst.proc.stop(2 * time.Second)
 		}
 	}

@@ -22,6 +22,9 @@ type instance struct {
 	inflight int
 	lastUsed time.Time
 	gone     bool // removed from the pool; stop when idle
+	// recycled: killed because it timed out or misbehaved, not stopped
+	// as idle or drained.
+	recycled bool
 	// coldStart is reported by the first lease only.
 	coldStart time.Duration
 }
@@ -51,6 +54,9 @@ type pool struct {
 	// warmUntil is when the invocation a warm was for is expected: until
 	// then an instance is kept whatever the idle timeout.
 	warmUntil time.Time
+	// memoryKills and restarts count the instances killed for their
+	// memory and those that ended other than by being stopped.
+	memoryKills, restarts uint64
 }
 
 // newPool returns the pool of a function deployed as t; deploy(t) then
@@ -235,7 +241,7 @@ func (p *pool) started(t *runtime.Target, pr *process, took time.Duration, err e
 	defer p.mu.Unlock()
 	p.starting--
 	if err != nil {
-		p.e.log.Error("starting an instance failed", "function", p.key.String(), "error", err)
+		p.e.log.Error("starting an instance failed", "namespace", p.key.Namespace, "function", p.key.Name, "error", err)
 		if len(p.instances) == 0 && p.starting == 0 {
 			for _, w := range p.waiters {
 				w.ch <- grant{err: err}
@@ -268,9 +274,33 @@ func (p *pool) watch(inst *instance) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if inst.proc.oom {
+		p.memoryKills++
+	}
+	if !inst.gone || inst.recycled {
+		// It crashed, was killed or timed out: the next invocation that
+		// needs it starts another.
+		p.restarts++
+	}
 	p.removeLocked(inst)
 	p.dispatchLocked()
 	p.ensureMinLocked()
+}
+
+// stats reports the pool's instances by state.
+func (p *pool) stats() runtime.InstanceStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := runtime.InstanceStats{Key: p.key, Starting: p.starting, Queued: len(p.waiters),
+		MemoryKills: p.memoryKills, Restarts: p.restarts}
+	for _, inst := range p.instances {
+		if inst.inflight > 0 {
+			s.Busy++
+		} else {
+			s.Idle++
+		}
+	}
+	return s
 }
 
 func (p *pool) removeLocked(inst *instance) {
@@ -299,6 +329,7 @@ func (p *pool) release(inst *instance) {
 // removes it from the pool.
 func (p *pool) recycle(inst *instance) {
 	p.mu.Lock()
+	inst.recycled = true
 	p.removeLocked(inst)
 	p.mu.Unlock()
 	inst.proc.kill()

@@ -271,7 +271,7 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 	}
 	bw.WriteString(" HTTP/1.1\r\nHost: instance\r\n")
 	for k, vv := range r.Header {
-		if skipHeader(k) {
+		if skipHeader(k) || (k == "Traceparent" && inv.Traceparent != "") {
 			continue
 		}
 		for _, v := range vv {
@@ -289,6 +289,11 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 	bw.WriteString("\r\nX-Sless-Trigger: ")
 	bw.Write(inv.Trigger)
 	bw.WriteString("\r\n")
+	if inv.Traceparent != "" {
+		bw.WriteString("Traceparent: ")
+		bw.WriteString(inv.Traceparent)
+		bw.WriteString("\r\n")
+	}
 
 	body := r.Body
 	if body == nil || body == http.NoBody || r.ContentLength == 0 {

@@ -24,6 +24,11 @@ type StatusKeeper struct {
 	mu       sync.Mutex
 	statuses map[triggers.Key]*triggers.Status
 	dirty    map[triggers.Key]bool
+	// specs are what the metrics label each trigger with; inflight
+	// counts its invocations that fired and have not ended (in this
+	// process).
+	specs    map[triggers.Key]labels
+	inflight map[triggers.Key]int
 
 	base context.Context // for flushes; from Start, never cancelled
 	stop chan struct{}
@@ -33,6 +38,7 @@ type StatusKeeper struct {
 // NewStatusKeeper returns a keeper writing to store.
 func NewStatusKeeper(store triggers.Store, log *slog.Logger) *StatusKeeper {
 	return &StatusKeeper{store: store, log: log, statuses: map[triggers.Key]*triggers.Status{}, dirty: map[triggers.Key]bool{},
+		specs: map[triggers.Key]labels{}, inflight: map[triggers.Key]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -79,6 +85,7 @@ func (k *StatusKeeper) track(t *triggers.Trigger) {
 		st := t.Status
 		k.statuses[t.Key()] = &st
 	}
+	k.specs[t.Key()] = labels{kind: t.Type, function: t.Function}
 }
 
 // forget drops a deleted trigger.
@@ -87,6 +94,8 @@ func (k *StatusKeeper) forget(key triggers.Key) {
 	defer k.mu.Unlock()
 	delete(k.statuses, key)
 	delete(k.dirty, key)
+	delete(k.specs, key)
+	delete(k.inflight, key)
 }
 
 // setPhase records the reconciler's verdict and writes it at once, so that
@@ -122,10 +131,13 @@ func (k *StatusKeeper) Report(key triggers.Key, ev triggers.Event) {
 	case triggers.EventFired:
 		st.Fired++
 		st.LastFiredAt = &at
+		k.inflight[key]++
 	case triggers.EventSucceeded:
 		st.Succeeded++
+		k.ended(key)
 	case triggers.EventFailed:
 		st.Failed++
+		k.ended(key)
 		st.LastError, st.LastErrorAt = ev.Message, &at
 	case triggers.EventSkipped:
 		st.Skipped++
@@ -145,6 +157,13 @@ func (k *StatusKeeper) Report(key triggers.Key, ev triggers.Event) {
 		st.NextFireAt = &next
 	}
 	k.dirty[key] = true
+}
+
+// ended counts the end of one of key's invocations in flight.
+func (k *StatusKeeper) ended(key triggers.Key) {
+	if k.inflight[key] > 0 {
+		k.inflight[key]--
+	}
 }
 
 // flush writes the statuses that changed since the last flush.

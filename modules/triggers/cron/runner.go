@@ -371,7 +371,12 @@ func (l *loop) invoke(ctx context.Context, rn *run) {
 	ev := triggers.Event{Kind: triggers.EventSucceeded, At: r.clock.Now()}
 	if msg := failure(ctx, resp, err); msg != "" {
 		ev.Kind, ev.Message = triggers.EventFailed, msg
-		r.log.Debug("cron run failed", "trigger", l.key, "scheduled_at", rn.at, "error", msg)
+		id := ""
+		if resp != nil {
+			id = resp.InvocationID
+		}
+		r.log.Debug("cron run failed", "namespace", l.key.Namespace, "trigger", l.key.Name, "function", l.cfg.function,
+			"invocation_id", id, "scheduled_at", rn.at, "error", msg)
 	}
 	r.rep.Report(l.key, ev)
 }

@@ -44,7 +44,8 @@ func (r *Runner) newConsumer(key triggers.Key, s spec, mem *memory) *consumer {
 	ctx, stop := context.WithCancel(r.ctx)
 	return &consumer{
 		r: r, key: key, spec: s, memory: mem,
-		log:   r.log.With("trigger", key.String(), "url", RedactURL(s.url), "queue", s.queue),
+		log: r.log.With("namespace", key.Namespace, "trigger", key.Name, "function", s.function,
+			"url", RedactURL(s.url), "queue", s.queue),
 		scrub: newScrubber(s.url),
 		ctx:   ctx, stop: stop,
 	}

@@ -112,7 +112,11 @@ func (s *session) attempt(d *amqp.Delivery, h history) string {
 		return ""
 	}
 	why = truncate(c.scrub.scrub(why), maxReasonLen)
-	c.log.Info("invocation failed", "message_id", d.MessageId, "attempt", n, "reason", why)
+	id := ""
+	if resp != nil {
+		id = resp.InvocationID
+	}
+	c.log.Info("invocation failed", "invocation_id", id, "message_id", d.MessageId, "attempt", n, "reason", why)
 	c.report(triggers.EventFailed, fmt.Sprintf("attempt %d of %d: %s", n, c.spec.maxRetries+1, why))
 	return why
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
 	"sless.kube5s.ru/sless/internal/controller"
@@ -100,11 +101,15 @@ type params struct {
 	Ledger    invoke.Ledger
 	Instances runtime.Instances
 	Gate      *control.Gate
+	Registry  *prometheus.Registry
 	Log       *slog.Logger
 }
 
-func newControllers(p params) *controllers {
+func newControllers(p params) (*controllers, error) {
 	keeper := control.NewStatusKeeper(p.Triggers, p.Log)
+	if err := p.Registry.Register(keeper); err != nil {
+		return nil, err
+	}
 	cronRunner := cron.New(p.Invoker, p.Instances, keeper, p.Log)
 	rabbitRunner := rabbitmq.New(p.Invoker, keeper, p.Log)
 	runners := map[string]triggers.Runner{triggers.TypeCron: cronRunner, triggers.TypeRabbitMQ: rabbitRunner}
@@ -129,7 +134,7 @@ func newControllers(p params) *controllers {
 				cronRunner.Stop(ctx), rabbitRunner.Stop(ctx), jobRec.Stop(ctx), keeper.Stop(ctx))
 		},
 	})
-	return c
+	return c, nil
 }
 
 // asType adds the trigger type that ctor returns to triggers.TypesGroup.
