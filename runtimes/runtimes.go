@@ -14,6 +14,14 @@ import _ "embed"
 //go:embed python3.11/server.py
 var PythonServer []byte
 
+// PythonZygote is the fork server of Python instances
+// (runtimes/python3.11/zygote.py), which imports PythonServer once and forks
+// sandboxed instances of it (see modules/runtime/PROTOCOL.md, "Forked
+// instances"). Treat it as read-only.
+//
+//go:embed python3.11/zygote.py
+var PythonZygote []byte
+
 // NodeServer is the source of the Node.js 20 wrapper
 // (runtimes/nodejs20/server.js), started as `node server.js --listen ...`.
 // Treat it as read-only.

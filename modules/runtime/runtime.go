@@ -87,6 +87,16 @@ func ConfinerFrom(ctx context.Context) Confiner {
 	return c
 }
 
+// Forker is implemented by providers whose wrapper can run forked from a
+// zygote: a program that imports the wrapper once and forks instances that
+// share its memory (PROTOCOL.md, "Forked instances"). Runtimes whose
+// interpreter cannot fork (V8 runs threads) do not implement it.
+type Forker interface {
+	// Zygote returns the file name and content of the zygote program,
+	// which the Interpreter runs.
+	Zygote() (name string, content []byte)
+}
+
 // StartupEnvReader is implemented by providers whose interpreter reads some
 // environment variables only at process start (PYTHONPATH, NODE_OPTIONS).
 // A function whose env sets such a variable cannot use a pre-started generic

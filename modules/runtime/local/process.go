@@ -105,7 +105,7 @@ func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memory
 	readW.Close()
 	dial := wire.UnixDialer(sock)
 	if l.box != nil {
-		dial = sandbox.Dialer(cmd.Process)
+		dial = sandbox.Dialer(cmd.Process.Pid, cmd.Process)
 	}
 	pr := &process{runtime: p.Name(), cmd: cmd, client: wire.NewClient(dial), done: make(chan struct{}), log: lw, box: l.box}
 	// Attached before the exit watcher starts, so that the watcher removes

@@ -62,6 +62,9 @@ func (p *Provider) BaseImage() string { return "sless-runtime-" + p.name + ":v0.
 // Wrapper implements runtime.Provider.
 func (*Provider) Wrapper() (string, []byte) { return "server.py", runtimes.PythonServer }
 
+// Zygote implements runtime.Forker.
+func (*Provider) Zygote() (string, []byte) { return "zygote.py", runtimes.PythonZygote }
+
 // Interpreter implements runtime.Provider.
 func (p *Provider) Interpreter(ctx context.Context) (string, []string, error) {
 	path, err := p.resolver.Resolve(ctx)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
@@ -74,6 +75,11 @@ func setup(spec *Spec) error {
 	}
 	for _, b := range binds {
 		if err := bind(root, b); err != nil {
+			return err
+		}
+	}
+	for _, d := range spec.Dirs {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
 	}
@@ -262,7 +268,8 @@ func drop(spec *Spec) error {
 		}
 	}
 	// syscall's credential calls apply to every thread of the process. In
-	// a user namespace the uid and gid are already the only mapped ones.
+	// a user namespace of the rootless mode the uid and gid are already the
+	// only mapped ones.
 	if !spec.UserNS {
 		if err := syscall.Setgroups(nil); err != nil {
 			return fmt.Errorf("dropping groups: %w", err)
@@ -289,8 +296,32 @@ func drop(spec *Spec) error {
 	if err := unix.Chdir(dir); err != nil {
 		return fmt.Errorf("entering %s: %w", dir, err)
 	}
-	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: policy()}); err != nil {
+	p := policy()
+	if spec.Zygote {
+		if err := keepOnly(zygoteCaps); err != nil {
+			return err
+		}
+		// The server's binary was exec'd from an inherited descriptor; of
+		// those, only the control socket stays.
+		unix.CloseOnExec(zygoteExeFD)
+		p = zygotePolicy()
+	}
+	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: p}); err != nil {
 		return fmt.Errorf("loading the seccomp filter: %w", err)
+	}
+	return nil
+}
+
+// keepOnly empties the bounding set but for caps: the program, exec'd as
+// uid 0 of its user namespace, gets those and no other.
+func keepOnly(caps []uintptr) error {
+	for c := uintptr(0); c < 64; c++ {
+		if slices.Contains(caps, c) {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("dropping capability %d: %w", c, err)
+		}
 	}
 	return nil
 }

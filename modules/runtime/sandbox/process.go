@@ -30,6 +30,12 @@ type Instance struct {
 	sb  *Sandbox
 	dir string
 	uid int
+	// mountPoint is where MountCode mounts the code in the root mode, and
+	// ownBind says it is a shared bind of itself that Release undoes too
+	// (not for a forked instance, whose mount point is in its zygote's
+	// shared directory).
+	mountPoint string
+	ownBind    bool
 	// code is the code of a rootless instance, once known.
 	code string
 	// codeR and codeW are the pipe a waiting rootless init reads its code's
@@ -56,7 +62,7 @@ func (s *Sandbox) NewInstance(dir, code string) (*Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &Instance{sb: s, dir: dir, uid: uid, release: release}
+	in := &Instance{sb: s, dir: dir, uid: uid, release: release, mountPoint: filepath.Join(dir, "code"), ownBind: !s.userNS}
 	if s.userNS {
 		in.code = code
 	}
@@ -82,31 +88,44 @@ func (in *Instance) prepare() error {
 		}
 		return nil
 	}
-	code := in.path("code")
-	if err := os.Mkdir(code, 0o700); err != nil {
+	if err := os.Mkdir(in.mountPoint, 0o700); err != nil {
 		return err
 	}
 	// A shared mount point: what MountCode mounts on it later appears in
 	// the instance's mount namespace too, whose copy of it is a slave.
-	if err := unix.Mount(code, code, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding the code mount point: %w", err)
+	return makeShared(in.mountPoint)
+}
+
+// makeShared makes dir a shared mount point: what is mounted on or below it
+// later appears in the slave copies other mount namespaces have of it.
+func makeShared(dir string) error {
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding the mount point %s: %w", dir, err)
 	}
-	if err := unix.Mount("", code, "", unix.MS_SHARED, ""); err != nil {
-		return fmt.Errorf("sharing the code mount point: %w", err)
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("sharing the mount point %s: %w", dir, err)
 	}
 	return nil
 }
 
 func (in *Instance) path(name string) string { return filepath.Join(in.dir, name) }
 
-// Dialer returns the dialer of the socket of the instance whose init proc
-// is, which the caller started and has not waited for yet. It connects
-// through the instance's root, /proc/PID/root, to the socket itself: the
-// instance owns its socket directory, and a symlink it put there instead
-// would be followed in the server's namespace. It refuses a connection made
-// after the process ended, when the pid may name another process.
-func Dialer(proc *os.Process) func(ctx context.Context) (net.Conn, error) {
-	path := fmt.Sprintf("/proc/%d/root%s", proc.Pid, SocketPath)
+// Signaler signals a process without ever reaching another one that reuses
+// its pid: *os.Process (through a pidfd) and *Forked do.
+type Signaler interface {
+	Signal(os.Signal) error
+}
+
+// Dialer returns the dialer of the socket of the instance whose pid (in the
+// server's pid namespace) is pid, signalled through proc: the init the
+// caller started and has not waited for yet, or a forked instance. It
+// connects through the instance's root, /proc/PID/root, to the socket
+// itself: the instance owns its socket directory, and a symlink it put
+// there instead would be followed in the server's namespace. It refuses a
+// connection made after the process ended, when the pid may name another
+// process.
+func Dialer(pid int, proc Signaler) func(ctx context.Context) (net.Conn, error) {
+	path := fmt.Sprintf("/proc/%d/root%s", pid, SocketPath)
 	var d net.Dialer
 	return func(ctx context.Context) (net.Conn, error) {
 		fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -119,7 +138,7 @@ func Dialer(proc *os.Process) func(ctx context.Context) (net.Conn, error) {
 			return nil, err
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-			return nil, fmt.Errorf("connecting to instance %d: its socket is not a socket", proc.Pid)
+			return nil, fmt.Errorf("connecting to instance %d: its socket is not a socket", pid)
 		}
 		// The magic link names the inode fstat saw, whatever the path
 		// holds now.
@@ -127,11 +146,10 @@ func Dialer(proc *os.Process) func(ctx context.Context) (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		// Alive now, so alive when the path was resolved: os.Process
-		// signals through a pidfd, which never reaches a reused pid.
+		// Alive now, so alive when the path was resolved.
 		if err := proc.Signal(syscall.Signal(0)); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("connecting to instance %d: %w", proc.Pid, err)
+			return nil, fmt.Errorf("connecting to instance %d: %w", pid, err)
 		}
 		return c, nil
 	}
@@ -155,7 +173,7 @@ func (in *Instance) Command(program string, args, env []string, binds []Bind) *e
 		Env:           env,
 	}
 	if !in.sb.userNS {
-		spec.Code = in.path("code")
+		spec.Code = in.mountPoint
 	}
 	cmd := in.sb.command(spec)
 	if in.codeR != nil {
@@ -186,7 +204,7 @@ func (in *Instance) MountCode(artifact string) error {
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
 		return fmt.Errorf("making the instance's code read-only: %w", err)
 	}
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, in.path("code"), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, in.mountPoint, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mounting the code into the instance: %w", err)
 	}
 	return nil
@@ -225,10 +243,13 @@ func (in *Instance) Release() {
 	}
 	in.closeCodePipe()
 	if !in.sb.userNS {
-		code := in.path("code")
 		// The code (when mounted) and the mount point's own bind.
-		for range 2 {
-			if err := unix.Unmount(code, unix.MNT_DETACH); err != nil {
+		binds := 1
+		if in.ownBind {
+			binds = 2
+		}
+		for range binds {
+			if err := unix.Unmount(in.mountPoint, unix.MNT_DETACH); err != nil {
 				break
 			}
 		}

@@ -390,6 +390,15 @@ type Spec struct {
 	// where UID maps to the server's uid and gid: it keeps the server's
 	// supplementary groups, which such a namespace may not drop.
 	UserNS bool `json:"user_ns,omitempty"`
+	// Zygote says the init sets up a zygote (see Zygote): it runs as uid 0
+	// of a user namespace the server made, where the range's uids are
+	// mapped; it drops the supplementary groups and every capability but
+	// zygoteCaps, makes Dirs, and loads the zygote's filter instead of the
+	// instances' one. The program keeps those capabilities of the namespace.
+	Zygote bool `json:"zygote,omitempty"`
+	// Dirs are empty directories made in the root, where a zygote's
+	// instances mount their own /proc and code.
+	Dirs []string `json:"dirs,omitempty"`
 	// NProc, when positive, is RLIMIT_NPROC.
 	NProc int      `json:"nproc,omitempty"`
 	Dir   string   `json:"dir,omitempty"`

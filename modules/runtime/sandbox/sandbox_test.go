@@ -157,53 +157,88 @@ func shell(t *testing.T, sb *sandbox.Sandbox, code, script string) (string, erro
 	return strings.TrimSpace(string(out)), err
 }
 
-func TestInstanceSeesOnlyItsOwnWorld(t *testing.T) {
-	sb := newSandbox(t)
-	code := t.TempDir()
-	if err := os.WriteFile(filepath.Join(code, "handler.py"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	secret := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(secret, []byte("s3cret"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name, script, want string
-	}{
+// confinementCase is a shell script run in an instance and the output it
+// must give ("" for the uid check: any but 0).
+type confinementCase struct {
+	name, script, want string
+}
+
+// confinementCases are what every instance's sandbox must give, started by
+// the init or forked by a zygote alike: code holds f, "x", and handler.py;
+// secret is a file of the host.
+func confinementCases(secret string) []confinementCase {
+	return []confinementCase{
 		{"runs as an unprivileged uid", "id -u", ""},
-		{"reads its code", "cat /code/handler.py", "x"},
+		{"reads its code", "cat /code/f", "x"},
 		{"cannot write its code", "(echo y > /code/handler.py) 2>/dev/null && echo wrote || echo refused", "refused"},
 		{"cannot create files in its code", "touch /code/new 2>/dev/null && echo wrote || echo refused", "refused"},
 		{"writes its tmp", "echo y > /tmp/f && cat /tmp/f", "y"},
 		{"cannot write outside tmp", "touch /etc/x /usr/x /x 2>/dev/null && echo wrote || echo refused", "refused"},
 		{"does not see the host's files", "cat " + secret + " 2>/dev/null || echo missing", "missing"},
-		{"is pid 1 of its own pid namespace", "echo $$", "1"},
-		{"sees only its own processes", "cat /proc/1/comm; cat /proc/[0-9]*/comm | grep -c sandbox.test || true", "sh\n0"},
 		{"cannot mount", "mount -t tmpfs none /tmp 2>/dev/null && echo mounted || echo refused", "refused"},
 		{"cannot create namespaces", "unshare -U true 2>/dev/null && echo unshared || echo refused", "refused"},
 		{"has no_new_privs and a filter", "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -s ' \\t' ' '", "NoNewPrivs: 1\nSeccomp: 2"},
 		{"has no capabilities", "grep -E '^Cap(Prm|Eff|Amb)' /proc/self/status | tr -d ' \\t' | tr '\\n' ' '",
 			"CapPrm:0000000000000000 CapEff:0000000000000000 CapAmb:0000000000000000"},
 		{"cannot fill its socket directory", "dd if=/dev/zero of=/run/sless/f bs=1k count=1024 2>/dev/null && echo filled || echo refused", "refused"},
-		{"has an empty environment but the documented one", "env | sort | tr '\\n' ' '", "HOME=/tmp LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PWD=/tmp TMPDIR=/tmp"},
 	}
-	for _, tt := range tests {
+}
+
+// checkConfinement runs the cases with run and checks their output.
+func checkConfinement(t *testing.T, cases []confinementCase, run func(t *testing.T, script string) string) {
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := shell(t, sb, code, tt.script)
-			if err != nil {
-				t.Fatalf("%v: %s", err, got)
-			}
+			got := strings.TrimSpace(run(t, tt.script))
 			if tt.want == "" {
 				if got == "0" || got == "" {
 					t.Errorf("uid %q, want an unprivileged one", got)
 				}
 				return
 			}
-			if strings.TrimSpace(got) != tt.want {
+			if got != tt.want {
 				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})
 	}
+}
+
+// writeCode returns a code directory with handler.py and f, "x".
+func writeCode(t *testing.T, handler string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range map[string]string{"handler.py": handler, "f": "x"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// hostSecret writes a file of the host no instance may read.
+func hostSecret(t *testing.T) string {
+	t.Helper()
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("s3cret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
+
+func TestInstanceSeesOnlyItsOwnWorld(t *testing.T) {
+	sb := newSandbox(t)
+	code := writeCode(t, "x")
+	cases := append(confinementCases(hostSecret(t)),
+		confinementCase{"is pid 1 of its own pid namespace", "echo $$", "1"},
+		confinementCase{"sees only its own processes", "cat /proc/1/comm; cat /proc/[0-9]*/comm | grep -c sandbox.test || true", "sh\n0"},
+		confinementCase{"has an empty environment but the documented one", "env | sort | tr '\\n' ' '",
+			"HOME=/tmp LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PWD=/tmp TMPDIR=/tmp"})
+	checkConfinement(t, cases, func(t *testing.T, script string) string {
+		got, err := shell(t, sb, code, script)
+		if err != nil {
+			t.Fatalf("%v: %s", err, got)
+		}
+		return got
+	})
 }
 
 func TestConfineRunsAToolInItsDirectory(t *testing.T) {
@@ -313,7 +348,7 @@ func TestDialerRefusesASymlinkedSocket(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if c, err := sandbox.Dialer(cmd.Process)(ctx); err == nil {
+	if c, err := sandbox.Dialer(cmd.Process.Pid, cmd.Process)(ctx); err == nil {
 		c.Close()
 		t.Error("the dialer connected through the instance's symlink")
 	} else if !strings.Contains(err.Error(), "not a socket") {

@@ -1,7 +1,12 @@
 package sandbox
 
 import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,4 +48,46 @@ func policy() seccomp.Policy {
 			{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: []string{"clone3"}},
 		},
 	}
+}
+
+// zygoteAllowed are the refused calls a zygote makes to confine the
+// instances it forks: each instance unshares its mount, pid, IPC and UTS
+// namespaces and mounts its own /tmp, /proc, socket directory and code.
+var zygoteAllowed = []string{"mount", "umount2", "unshare"}
+
+// instanceNamespaceFlags are the namespaces a zygote's instance enters.
+const instanceNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
+
+// zygotePolicy is the seccomp policy of a zygote: the sandbox's policy but
+// for mount, umount2 and unshare of the namespaces its instances enter (a
+// new user, network, cgroup or time namespace stays refused). Each instance
+// adds policy's filter on top before it runs the wrapper.
+func zygotePolicy() seccomp.Policy {
+	p := policy()
+	p.Syscalls[0].Names = slices.DeleteFunc(slices.Clone(refused), func(name string) bool {
+		return slices.Contains(zygoteAllowed, name)
+	})
+	p.Syscalls[0].NamesWithCondtions = append(p.Syscalls[0].NamesWithCondtions, seccomp.NameWithConditions{Name: "unshare",
+		Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: namespaceFlags &^ instanceNamespaceFlags}}})
+	return p
+}
+
+// filterProgram assembles p into the struct sock_filter array that
+// prctl(PR_SET_SECCOMP) loads, for a program that loads it itself.
+func filterProgram(p seccomp.Policy) ([]byte, error) {
+	insts, err := p.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("assembling the seccomp policy: %w", err)
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return nil, fmt.Errorf("assembling the seccomp filter: %w", err)
+	}
+	out := make([]byte, 0, 8*len(raw))
+	for _, r := range raw {
+		out = binary.NativeEndian.AppendUint16(out, r.Op)
+		out = append(out, r.Jt, r.Jf)
+		out = binary.NativeEndian.AppendUint32(out, r.K)
+	}
+	return out, nil
 }
