@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
@@ -15,9 +14,9 @@ import (
 // egressCgroups apply the egress filter to the instances of functions with
 // public egress: at specialize time, the filter is attached to a cgroup v2
 // of the instance's own, which is its memory cgroup on a cgroup v2 machine,
-// or one made for it on the v2 hierarchy of a hybrid machine (whose memory
-// cgroups are v1). The attachment is undone, and a made cgroup removed,
-// when the process has exited.
+// or, on a hybrid machine (whose memory cgroups are v1), one made for every
+// process on the v2 hierarchy when it starts. The attachment is undone, and
+// a made cgroup removed, when the process has exited.
 //
 // The filter stays attached to an empty cgroup beside the instances' for the
 // executor's life: the kernel switches a kind of hook on when its first
@@ -82,23 +81,29 @@ func (g *egressCgroups) check(t *runtime.Target) error {
 	return nil
 }
 
-// apply attaches the filter to the cgroup of pr, which has not run function
-// code yet. cleanup runs once the process has exited and the filter is
+// create makes the network cgroup of process id where instances need one of
+// their own (a hybrid machine, whose memory cgroups are v1), nil elsewhere.
+// The process enters it when it starts, and its exit removes it.
+func (g *egressCgroups) create(id string) (*memCgroup, error) {
+	if g.parent == "" {
+		return nil, nil
+	}
+	cg := &memCgroup{dir: filepath.Join(g.parent, id), v2: true}
+	if err := os.Mkdir(cg.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the network cgroup of %s: %w", id, err)
+	}
+	return cg, nil
+}
+
+// apply attaches the filter to the cgroup v2 of pr, which has not run
+// function code yet: its network cgroup, or its memory cgroup on a cgroup
+// v2 machine. cleanup runs once the process has exited and the filter is
 // gone.
 func (g *egressCgroups) apply(pr *process, cleanup func()) error {
-	var made *memCgroup
-	dir := ""
+	var dir string
 	switch {
-	case g.parent != "":
-		made = &memCgroup{dir: filepath.Join(g.parent, strconv.Itoa(pr.cmd.Process.Pid)), v2: true}
-		dir = made.dir
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("creating the network cgroup of the instance: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pr.cmd.Process.Pid)), 0o644); err != nil {
-			made.remove()
-			return fmt.Errorf("moving the instance into its network cgroup: %w", err)
-		}
+	case pr.netCgroup != nil:
+		dir = pr.netCgroup.dir
 	case pr.cgroup != nil && pr.cgroup.v2 && pr.cgroup.dir != "":
 		dir = pr.cgroup.dir
 	default:
@@ -106,18 +111,10 @@ func (g *egressCgroups) apply(pr *process, cleanup func()) error {
 	}
 	detach, err := g.filter.Attach(dir)
 	if err != nil {
-		if made != nil {
-			made.killAll()
-			made.remove()
-		}
 		return err
 	}
 	go func() {
 		<-pr.done
-		if made != nil {
-			made.killAll()
-			made.remove()
-		}
 		detach()
 		cleanup()
 	}()

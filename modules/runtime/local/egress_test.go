@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,10 +70,27 @@ func TestPublicEgressInstances(t *testing.T) {
 		}
 	}()
 
-	e := newExecutor(t, local.Config{Spares: 1, Sandbox: sb, Egress: filter})
+	for _, zygotes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("zygotes %v", zygotes), func(t *testing.T) {
+			testPublicEgress(t, local.Config{Spares: 1, Sandbox: sb, Egress: filter, Zygotes: zygotes}, ln.Addr().String())
+		})
+	}
+}
+
+func testPublicEgress(t *testing.T, cfg local.Config, addr string) {
+	e := newExecutor(t, cfg)
 	dir := local.EgressDirOf(e)
 	if dir == "" {
 		t.Fatal("the executor has the filter but no egress cgroup")
+	}
+	zygote := 0
+	if cfg.Zygotes {
+		if !local.Forks(e) {
+			t.Skip("instances are not forked here")
+		}
+		deployIn(t, e, "default", "warmup", forkedProbe)
+		invokeIn(t, e, "default", "warmup", "{}")
+		zygote = zygoteOf(t, e, "default")
 	}
 	for egress, want := range map[runtime.Egress]string{runtime.EgressPublic: "EPERM", runtime.EgressAll: "ok"} {
 		name := "net-" + string(egress)
@@ -81,18 +99,26 @@ func TestPublicEgressInstances(t *testing.T) {
 		if _, err := e.Deploy(context.Background(), tg); err != nil {
 			t.Fatal(err)
 		}
-		if r := invoke(t, e, name, fmt.Sprintf("%q", ln.Addr().String())); r.err != nil || r.body != `"`+want+`"` {
-			t.Errorf("%s: connect to %s: %+v; want %s", name, ln.Addr(), r, want)
+		if r := invoke(t, e, name, fmt.Sprintf("%q", addr)); r.err != nil || r.body != `"`+want+`"` {
+			t.Errorf("%s: connect to %s: %+v; want %s", name, addr, r, want)
+		}
+		if pids := local.InstancePids(e, "default", name); zygote != 0 && (len(pids) != 1 || parentOf(t, pids[0]) != zygote) {
+			t.Errorf("%s: instances %v, want one forked by the zygote's init %d", name, pids, zygote)
 		}
 		if err := e.Undeploy(context.Background(), meta.Key{Namespace: "default", Name: name}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Only the keeper stays (and, with v2 memory cgroups, the spares').
+	// Only the keeper stays, and the cgroups of processes still running
+	// (the spares', the warm-up's, a zygote's on a cgroup v2 machine).
 	testenv.Eventually(t, 30*time.Second, "the instances' network cgroups removed", func() bool {
 		entries, _ := os.ReadDir(dir)
 		for _, en := range entries {
-			if en.IsDir() && en.Name() != "egress-hooks" && !strings.HasPrefix(en.Name(), "i") {
+			if !en.IsDir() || en.Name() == "egress-hooks" {
+				continue
+			}
+			procs, err := os.ReadFile(filepath.Join(dir, en.Name(), "cgroup.procs"))
+			if err != nil || len(procs) == 0 {
 				return false
 			}
 		}

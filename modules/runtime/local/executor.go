@@ -67,6 +67,10 @@ type Config struct {
 	// PublicEgress gives every function public egress, whatever its own
 	// setting; Start fails where that cannot be enforced.
 	PublicEgress bool
+	// Zygotes forks the instances of runtimes that can be forked
+	// (runtime.Forker) from a zygote per runtime and namespace, where the
+	// sandbox runs in the root mode and every limit is a cgroup's.
+	Zygotes bool
 }
 
 func (c *Config) defaults() {
@@ -101,11 +105,14 @@ type Executor struct {
 	baseEnv []string
 	mem     *memoryLimiter
 	egress  *egressCgroups
+	// zygotes says instances are forked where their runtime can be.
+	zygotes bool
 
 	// mu guards the maps; every invocation reads pools.
 	mu     sync.RWMutex
-	pools  map[meta.Key]*pool
-	spares map[string]*spares
+	pools   map[meta.Key]*pool
+	spares  map[string]*spares
+	forkers map[forkerKey]*forker
 	// wrappers maps a runtime to its wrapper file, written once.
 	wrappers map[string]string
 	// onUndeploy are told about every Undeploy (runtime.UndeployNotifier).
@@ -130,7 +137,7 @@ var (
 func New(cfg Config, runtimes Runtimes, log *slog.Logger) *Executor {
 	cfg.defaults()
 	return &Executor{cfg: cfg, runtimes: runtimes, log: log,
-		pools: map[meta.Key]*pool{}, spares: map[string]*spares{}, wrappers: map[string]string{}}
+		pools: map[meta.Key]*pool{}, spares: map[string]*spares{}, forkers: map[forkerKey]*forker{}, wrappers: map[string]string{}}
 }
 
 // Start creates the executor's runtime directory and starts the idle reaper.
@@ -152,6 +159,19 @@ func (e *Executor) Start(ctx context.Context) error {
 		os.RemoveAll(dir)
 		return fmt.Errorf("public egress for every instance is unavailable: %s", e.egress.unavailable)
 	}
+	if why := e.zygotesUnavailable(); why != "" {
+		e.log.Info("instances are not forked from zygotes", "reason", why)
+	} else {
+		// A zygote's init runs as a uid of the sandbox's range and passes
+		// this directory to its own, which only that uid may enter.
+		if err := os.Chmod(dir, 0o711); err != nil {
+			e.mem.close()
+			os.RemoveAll(dir)
+			return fmt.Errorf("opening the instance directory to zygotes: %w", err)
+		}
+		e.zygotes = true
+		e.log.Info("instances of the runtimes that can be forked are forked from a zygote per runtime and namespace")
+	}
 	// Instances outlive the start context; Stop cancels theirs.
 	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.wg.Go(e.reapLoop)
@@ -166,9 +186,12 @@ func (e *Executor) Stop(ctx context.Context) error {
 	}
 	e.cancel()
 	e.mu.Lock()
-	pools, spareSets := e.pools, e.spares
-	e.pools, e.spares = map[meta.Key]*pool{}, map[string]*spares{}
+	pools, spareSets, forkers := e.pools, e.spares, e.forkers
+	e.pools, e.spares, e.forkers = map[meta.Key]*pool{}, map[string]*spares{}, map[forkerKey]*forker{}
 	e.mu.Unlock()
+	for _, f := range forkers {
+		f.stop()
+	}
 	var wg sync.WaitGroup
 	for _, p := range pools {
 		for _, inst := range p.shutdown() {
@@ -305,10 +328,7 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 	if readsStartupEnv(p, t.Env) {
 		pr, err = e.spawn(ctx, p, envList(env), t.Artifact)
 	} else {
-		e.mu.Lock()
-		s := e.sparesLocked(p)
-		e.mu.Unlock()
-		pr, err = s.take(ctx)
+		pr, err = e.generic(ctx, p, t.Namespace)
 	}
 	if err != nil {
 		e.log.Error("an instance process could not be started", "namespace", t.Namespace, "function", t.Name, "error", err)
@@ -329,6 +349,32 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 	return pr, nil
 }
 
+// generic returns a generic process of p for namespace ns: one forked from
+// the namespace's zygote where p's instances are forked, else a spare or a
+// process started now. Until the zygote runs, a spare that is ready serves
+// (and the zygote starts in the background); when none is, waiting for the
+// zygote costs no more than starting a process.
+func (e *Executor) generic(ctx context.Context, p runtime.Provider, ns string) (*process, error) {
+	e.mu.Lock()
+	s := e.sparesLocked(p)
+	e.mu.Unlock()
+	f := e.forkerFor(p, ns)
+	if f == nil {
+		return s.take(ctx)
+	}
+	if !f.running() {
+		if pr := s.takeReady(); pr != nil {
+			e.wg.Go(func() { f.zygote(e.ctx) })
+			return pr, nil
+		}
+	}
+	pr, err := f.take(ctx)
+	if pr != nil || err != nil {
+		return pr, err
+	}
+	return s.take(ctx)
+}
+
 // spawn starts a generic process of p with env; code is the artifact it
 // will serve, "" for a spare.
 func (e *Executor) spawn(ctx context.Context, p runtime.Provider, env []string, code string) (*process, error) {
@@ -343,8 +389,10 @@ func (e *Executor) spawn(ctx context.Context, p runtime.Provider, env []string, 
 		}
 	}
 	e.live.Add(1)
-	return startProcess(ctx, p, l, e.mem, e.log)
+	return startProcess(ctx, p, l, e.limits(), e.log)
 }
+
+func (e *Executor) limits() limits { return limits{mem: e.mem, egress: e.egress} }
 
 // wrapper writes the runtime's wrapper file once and returns its path.
 func (e *Executor) wrapper(p runtime.Provider) (string, error) {
@@ -455,9 +503,18 @@ func (e *Executor) reapIdle(now time.Time) {
 	e.mu.RUnlock()
 	for _, p := range pools {
 		for _, inst := range p.reap(now, e.cfg.IdleTimeout) {
-			e.log.Debug("stopping idle instance", "namespace", p.key.Namespace, "function", p.key.Name, "pid", inst.proc.cmd.Process.Pid)
+			e.log.Debug("stopping idle instance", "namespace", p.key.Namespace, "function", p.key.Name, "pid", inst.proc.pid)
 			go inst.proc.stop(2 * time.Second)
 		}
+	}
+	e.mu.RLock()
+	forkers := make([]*forker, 0, len(e.forkers))
+	for _, f := range e.forkers {
+		forkers = append(forkers, f)
+	}
+	e.mu.RUnlock()
+	for _, f := range forkers {
+		f.retireIfIdle(now, e.cfg.IdleTimeout)
 	}
 }
 
@@ -505,6 +562,15 @@ func (s *spares) startOne() {
 // take returns a ready spare, or starts a process when none is ready, and
 // starts a replacement in the background.
 func (s *spares) take(ctx context.Context) (*process, error) {
+	if pr := s.takeReady(); pr != nil {
+		return pr, nil
+	}
+	return s.e.spawn(ctx, s.p, s.e.baseEnv, "")
+}
+
+// takeReady returns a ready spare, or nil, and starts a replacement in the
+// background.
+func (s *spares) takeReady() *process {
 	s.mu.Lock()
 	var pr *process
 	for len(s.ready) > 0 && pr == nil {
@@ -516,10 +582,7 @@ func (s *spares) take(ctx context.Context) (*process, error) {
 	}
 	s.mu.Unlock()
 	s.ensure()
-	if pr != nil {
-		return pr, nil
-	}
-	return s.e.spawn(ctx, s.p, s.e.baseEnv, "")
+	return pr
 }
 
 // drain stops pre-starting and returns the ready spares.

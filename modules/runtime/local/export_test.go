@@ -49,3 +49,40 @@ func PoolOf(e *Executor, ns, name string) Pool {
 	}
 	return st
 }
+
+// Forks reports whether e forks the instances of runtimes that can be.
+func Forks(e *Executor) bool { return e.zygotes }
+
+// ZygotePid returns the pid of the init of the zygote that forks runtime rt's
+// instances in namespace ns, 0 when none runs.
+func ZygotePid(e *Executor, rt, ns string) int {
+	e.mu.RLock()
+	f := e.forkers[forkerKey{rt, ns}]
+	e.mu.RUnlock()
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.z == nil || !f.z.Forking() {
+		return 0
+	}
+	return f.z.Pid()
+}
+
+// InstancePids returns the pids of the instances of function ns/name.
+func InstancePids(e *Executor, ns, name string) []int {
+	e.mu.RLock()
+	p := e.pools[meta.Key{Namespace: ns, Name: name}]
+	e.mu.RUnlock()
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var pids []int
+	for _, inst := range p.instances {
+		pids = append(pids, inst.proc.pid)
+	}
+	return pids
+}

@@ -158,33 +158,45 @@ type memCgroup struct {
 	pidsDir string
 }
 
-// attach moves the process pid into a new cgroup of its own, without a limit
-// yet. It runs when a process starts, off the cold-start path: creating and
-// entering a memory cgroup takes milliseconds, setting its limit does not.
+// attach moves the process pid, which the server started and has not
+// waited for, into new cgroups of its own (see create).
+func (m *memoryLimiter) attach(pid int, id string) (*memCgroup, error) {
+	cg, err := m.create(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := cg.enterPid(pid); err != nil {
+		cg.remove()
+		return nil, err
+	}
+	return cg, nil
+}
+
+// create makes the cgroups of a new process id, without a memory limit yet;
+// nil when there are none. It runs when a process starts, off the
+// cold-start path: creating and entering a memory cgroup takes
+// milliseconds, setting its limit does not.
 //
 // The cgroups belong to the server's user (root): an instance, running
 // under another uid, can neither raise its limits nor leave them.
-func (m *memoryLimiter) attach(pid int, id string) (*memCgroup, error) {
+func (m *memoryLimiter) create(id string) (*memCgroup, error) {
 	if m.parent == "" && m.pidsParent == "" {
 		return nil, nil
 	}
 	cg := &memCgroup{v2: m.v2}
-	var dirs []string
 	if m.parent != "" {
 		cg.dir = filepath.Join(m.parent, id)
-		dirs = append(dirs, cg.dir)
 		if m.pids2 {
 			cg.pidsDir = cg.dir
 		}
 	}
 	if m.pidsParent != "" {
 		cg.pidsDir = filepath.Join(m.pidsParent, id)
-		dirs = append(dirs, cg.pidsDir)
 	}
-	for _, dir := range dirs {
+	for _, dir := range cg.dirs() {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			cg.remove()
-			return nil, fmt.Errorf("creating the cgroup of process %d: %w", pid, err)
+			return nil, fmt.Errorf("creating the cgroup of %s: %w", id, err)
 		}
 	}
 	if cg.pidsDir != "" {
@@ -193,13 +205,68 @@ func (m *memoryLimiter) attach(pid int, id string) (*memCgroup, error) {
 			return nil, err
 		}
 	}
-	for _, dir := range dirs {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-			cg.remove()
-			return nil, fmt.Errorf("moving process %d into its cgroup: %w", pid, err)
+	return cg, nil
+}
+
+// forkable reports whether every limit is a cgroup's, so that a forked
+// process, which joins its cgroups itself (procs), is limited without the
+// server ever naming it by pid: the zygote's init, not the server, reaps
+// it, so its pid may name another process once it has exited.
+func (m *memoryLimiter) forkable() bool {
+	return m.parent != "" && (m.pids2 || m.pidsParent != "")
+}
+
+// dirs returns the distinct directories of cg.
+func (cg *memCgroup) dirs() []string {
+	var dirs []string
+	for _, d := range []string{cg.dir, cg.pidsDir} {
+		if d != "" && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
 		}
 	}
-	return cg, nil
+	return dirs
+}
+
+// enter writes pid ("0": the writer) into cg's cgroups.
+func (cg *memCgroup) enter(pid string) error {
+	for _, dir := range cg.dirs() {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enterPid moves pid into cg's cgroups; on nil it does nothing.
+func (cg *memCgroup) enterPid(pid int) error {
+	if cg == nil {
+		return nil
+	}
+	if err := cg.enter(strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("moving process %d into its cgroup: %w", pid, err)
+	}
+	return nil
+}
+
+// procs opens cg's cgroup.procs files for writing: a process that writes
+// "0" to them enters cg, with the server's credentials, which opened them.
+func (cg *memCgroup) procs() ([]*os.File, error) {
+	var files []*os.File
+	for _, dir := range cg.dirs() {
+		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+		if err != nil {
+			closeAll(files)
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 func (cg *memCgroup) setPidsMax(n int) error {
@@ -211,10 +278,7 @@ func (cg *memCgroup) setPidsMax(n int) error {
 
 // killAll kills every process still in the cgroups.
 func (cg *memCgroup) killAll() {
-	for _, dir := range []string{cg.dir, cg.pidsDir} {
-		if dir == "" {
-			continue
-		}
+	for _, dir := range cg.dirs() {
 		data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		for f := range strings.FieldsSeq(string(data)) {
 			if pid, err := strconv.Atoi(f); err == nil {
@@ -303,10 +367,7 @@ func (cg *memCgroup) remove() {
 	if cg == nil {
 		return
 	}
-	for _, dir := range []string{cg.dir, cg.pidsDir} {
-		if dir == "" {
-			continue
-		}
+	for _, dir := range cg.dirs() {
 		for range 20 {
 			if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
 				break

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,23 +23,71 @@ import (
 // process is one running wrapper: generic until specialized.
 type process struct {
 	runtime string
-	cmd     *exec.Cmd
+	os      osProcess
+	pid     int // in the server's pid namespace
 	client  *wire.Client
-	// done is closed when the process has exited; exitErr and oom are
-	// then set.
+	// done is closed when the process has exited; status, waitErr and oom
+	// are then set.
 	done    chan struct{}
-	exitErr error
+	status  syscall.WaitStatus
+	waitErr error // how it ended is unknown
 	oom     bool
 	log     *lineLogger
 	// cgroup is the process's memory cgroup, nil when memory is limited
 	// with RLIMIT_DATA. Set before the process is shared.
 	cgroup *memCgroup
+	// netCgroup is the cgroup v2 made for the process's network filter on a
+	// hybrid machine (see egressCgroups), or nil.
+	netCgroup *memCgroup
 	// box is the process's sandbox, nil when instances are not confined.
 	box *sandbox.Instance
 	// ready, when set, is the ready pipe of a process whose wrapper starts
 	// only once specialize gave it its code (a rootless spare); the exit
 	// watcher closes it.
 	ready *os.File
+}
+
+// osProcess is an instance's process as the executor reaches it: one it
+// started (the wrapper, or the sandbox's init that becomes it) or one a
+// zygote forked.
+type osProcess interface {
+	// signal signals the instance: the process group of one the executor
+	// started; the pid namespace's first process of a forked one, where
+	// SIGKILL ends every process in the namespace.
+	signal(sig syscall.Signal) error
+	// wait waits until the process has exited and its output is read, and
+	// returns its wait status, or an error when that is unknown.
+	wait() (syscall.WaitStatus, error)
+}
+
+// started is a process the executor started.
+type started struct{ cmd *exec.Cmd }
+
+func (s started) signal(sig syscall.Signal) error { return syscall.Kill(-s.cmd.Process.Pid, sig) }
+
+func (s started) wait() (syscall.WaitStatus, error) {
+	err := s.cmd.Wait()
+	if s.cmd.ProcessState != nil {
+		if ws, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+			return ws, nil
+		}
+	}
+	return 0, err
+}
+
+// forked is a process a zygote forked, whose output a goroutine copies
+// until copied is closed.
+type forked struct {
+	f      *sandbox.Forked
+	copied chan struct{}
+}
+
+func (f forked) signal(sig syscall.Signal) error { return f.f.Signal(sig) }
+
+func (f forked) wait() (syscall.WaitStatus, error) {
+	ws, err := f.f.Status()
+	<-f.copied
+	return ws, err
 }
 
 // launch says where a new process lives.
@@ -55,11 +102,17 @@ type launch struct {
 	exited func()
 }
 
+// limits are what confines every process's resources.
+type limits struct {
+	mem    *memoryLimiter
+	egress *egressCgroups
+}
+
 // startProcess starts a wrapper of runtime p, attaches it to cgroups of its
 // own and waits until it is ready (a rootless spare: until specialize).
 // Confined, the process is the sandbox's init, which becomes the wrapper:
 // its pid is the wrapper's.
-func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memoryLimiter, log *slog.Logger) (*process, error) {
+func startProcess(ctx context.Context, p runtime.Provider, l launch, lim limits, log *slog.Logger) (*process, error) {
 	// Until the exit watcher runs, failing undoes the launch here.
 	fail := func(err error) (*process, error) {
 		l.box.Release()
@@ -107,33 +160,29 @@ func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memory
 	if l.box != nil {
 		dial = sandbox.Dialer(cmd.Process.Pid, cmd.Process)
 	}
-	pr := &process{runtime: p.Name(), cmd: cmd, client: wire.NewClient(dial), done: make(chan struct{}), log: lw, box: l.box}
+	pr := &process{runtime: p.Name(), os: started{cmd}, pid: cmd.Process.Pid, client: wire.NewClient(dial), done: make(chan struct{}),
+		log: lw, box: l.box}
 	// Attached before the exit watcher starts, so that the watcher removes
-	// the cgroup whenever the process ends.
-	cg, err := mem.attach(cmd.Process.Pid, l.id)
+	// the cgroups whenever the process ends; by pid, which stays the
+	// process's until the watcher has waited for it.
+	err = pr.create(l.id, lim)
+	if err == nil {
+		err = pr.cgroup.enterPid(pr.pid)
+	}
+	if err == nil {
+		err = pr.netCgroup.enterPid(pr.pid)
+	}
 	if err != nil {
 		pr.kill()
 		cmd.Wait()
+		pr.cgroup.remove()
+		pr.netCgroup.remove()
 		return fail(err)
 	}
-	pr.cgroup = cg
 	if waitsForCode {
 		pr.ready = readR
 	}
-	go func() {
-		pr.exitErr = cmd.Wait()
-		if pr.ready != nil {
-			pr.ready.Close()
-		}
-		lw.Flush()
-		pr.client.Close()
-		os.Remove(sock)
-		pr.oom = cg.oomKilled()
-		cg.remove()
-		l.box.Release()
-		close(pr.done)
-		l.exited()
-	}()
+	pr.watch(l, sock)
 	if waitsForCode {
 		return pr, nil
 	}
@@ -143,6 +192,100 @@ func startProcess(ctx context.Context, p runtime.Provider, l launch, mem *memory
 		return nil, err
 	}
 	return pr, nil
+}
+
+// forkProcess forks a wrapper of runtime p from the zygote z into l.box
+// (from z.NewInstance) and waits until it is ready. The process joins its
+// cgroups itself, before anything else runs in it.
+func forkProcess(ctx context.Context, p runtime.Provider, z *sandbox.Zygote, l launch, lim limits, log *slog.Logger) (*process, error) {
+	pr := &process{runtime: p.Name(), done: make(chan struct{}), log: newLineLogger(log.With("runtime", p.Name())), box: l.box}
+	fail := func(err error) (*process, error) {
+		pr.cgroup.remove()
+		pr.netCgroup.remove()
+		l.box.Release()
+		l.exited()
+		return nil, err
+	}
+	if err := pr.create(l.id, lim); err != nil {
+		return fail(err)
+	}
+	cgroups, err := pr.cgroup.procs()
+	if err == nil && pr.netCgroup != nil {
+		var net []*os.File
+		net, err = pr.netCgroup.procs()
+		cgroups = append(cgroups, net...)
+	}
+	defer closeAll(cgroups)
+	if err != nil {
+		return fail(err)
+	}
+	readR, readW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	defer readR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		readW.Close()
+		return fail(err)
+	}
+	f, err := z.Fork(ctx, l.box, l.env, sandbox.ForkFiles{Stdout: outW, Stderr: outW, Ready: readW, Cgroups: cgroups})
+	readW.Close()
+	outW.Close()
+	if err != nil {
+		outR.Close()
+		return fail(err)
+	}
+	copied := make(chan struct{})
+	go func() {
+		io.Copy(pr.log, outR)
+		outR.Close()
+		close(copied)
+	}()
+	pr.os, pr.pid, pr.client = forked{f: f, copied: copied}, f.Pid, wire.NewClient(f.Dialer())
+	pr.watch(l, "")
+	if err := pr.waitReady(ctx, readR); err != nil {
+		pr.kill()
+		<-pr.done
+		return nil, err
+	}
+	return pr, nil
+}
+
+// create makes the process's cgroups (see memoryLimiter.create and
+// egressCgroups.create).
+func (pr *process) create(id string, lim limits) error {
+	var err error
+	if pr.cgroup, err = lim.mem.create(id); err != nil {
+		return err
+	}
+	pr.netCgroup, err = lim.egress.create(id)
+	return err
+}
+
+// watch starts the exit watcher, which releases what the process held once
+// it has exited: its connections, socket, cgroups and sandbox.
+func (pr *process) watch(l launch, sock string) {
+	go func() {
+		pr.status, pr.waitErr = pr.os.wait()
+		if pr.ready != nil {
+			pr.ready.Close()
+		}
+		pr.log.Flush()
+		pr.client.Close()
+		if sock != "" {
+			os.Remove(sock)
+		}
+		pr.oom = pr.cgroup.oomKilled()
+		pr.cgroup.remove()
+		if pr.netCgroup != nil {
+			pr.netCgroup.killAll()
+			pr.netCgroup.remove()
+		}
+		l.box.Release()
+		close(pr.done)
+		l.exited()
+	}()
 }
 
 // waitReady waits for the wrapper's "ready" line on the ready pipe.
@@ -160,7 +303,7 @@ func (pr *process) waitReady(ctx context.Context, r *os.File) error {
 	case err := <-line:
 		if err != nil {
 			<-pr.done
-			return fmt.Errorf("the %s wrapper exited before it was ready (%v): %w", pr.runtime, pr.exitErr, pr.log.lastOutput(err))
+			return fmt.Errorf("the %s wrapper exited before it was ready (%s): %w", pr.runtime, pr.exitReason(), pr.log.lastOutput(err))
 		}
 		return nil
 	case <-ctx.Done():
@@ -195,14 +338,14 @@ func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[st
 	}
 	// Limited once the wrapper runs (a waiting rootless init is a larger
 	// program) and before the handler loads.
-	if err := mem.limit(pr.cgroup, pr.cmd.Process.Pid, t.MemoryMB, t.Concurrency); err != nil {
+	if err := mem.limit(pr.cgroup, pr.pid, t.MemoryMB, t.Concurrency); err != nil {
 		return err
 	}
 	body, _ := json.Marshal(specializeRequest{CodeDir: codeDir, Handler: t.Handler, Env: env,
 		Function: t.Name, Namespace: t.Namespace, Concurrency: t.Concurrency})
 	status, resp, err := pr.client.Call(ctx, "POST", "/_sless/specialize", body)
 	if err != nil {
-		return fmt.Errorf("specializing instance %d: %w", pr.cmd.Process.Pid, err)
+		return fmt.Errorf("specializing instance %d: %w", pr.pid, err)
 	}
 	if status != 200 {
 		var e struct{ Error, Type, Logs string }
@@ -231,14 +374,14 @@ func (pr *process) exited() bool {
 	}
 }
 
-// kill stops the process group at once.
+// kill stops the instance's processes at once.
 func (pr *process) kill() {
-	syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
+	pr.os.signal(syscall.SIGKILL)
 }
 
 // stop asks the process to exit and kills it after grace.
 func (pr *process) stop(grace time.Duration) {
-	syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGTERM)
+	pr.os.signal(syscall.SIGTERM)
 	select {
 	case <-pr.done:
 	case <-time.After(grace):
@@ -249,20 +392,15 @@ func (pr *process) stop(grace time.Duration) {
 
 // exitReason describes how the process ended, for crash messages.
 func (pr *process) exitReason() string {
-	if pr.oom {
+	switch {
+	case pr.oom:
 		return "killed for using more memory than memory_mb allows"
+	case pr.waitErr != nil:
+		return pr.waitErr.Error()
+	case pr.status.Signaled():
+		return "killed by signal " + pr.status.Signal().String()
 	}
-	var ee *exec.ExitError
-	if errors.As(pr.exitErr, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by signal " + ws.Signal().String()
-		}
-		return fmt.Sprintf("exit status %d", ee.ExitCode())
-	}
-	if pr.exitErr != nil {
-		return pr.exitErr.Error()
-	}
-	return "exit status 0"
+	return fmt.Sprintf("exit status %d", pr.status.ExitStatus())
 }
 
 // lineLogger logs a process's output line by line and remembers the last
