@@ -127,6 +127,10 @@ type Config struct {
 	// InstancePids limits the processes and threads of an instance; default
 	// 256, plus one per concurrent invocation.
 	InstancePids int
+	// Zygote is auto (default: fork the instances of the runtimes that can
+	// be forked from a zygote per runtime and namespace, where the sandbox
+	// runs in the root mode with memory and pids cgroups) or off.
+	Zygote string
 	// InstanceEgress is the least restricted egress of every instance: all
 	// (default: each function has its own) or public (for every function).
 	InstanceEgress string
@@ -205,6 +209,7 @@ var settings = []setting{
 	{name: "sandbox-uids", usage: "range FIRST-LAST of the uids given to confined processes, one each"},
 	{name: "instance-tmp-mb", usage: "size in MiB of a confined instance's private /tmp"},
 	{name: "instance-pids", usage: "most processes and threads of an instance (plus one per concurrent invocation)"},
+	{name: "zygote", usage: "fork python instances from a zygote per namespace, so that they share the imported interpreter's memory: auto (where the sandbox runs in the root mode with memory and pids cgroups) or off"},
 	{name: "instance-egress", usage: "what every instance may reach: all (each function's own egress setting) or public (no loopback or private ranges, for every function; refuses to start where that cannot be enforced)"},
 	{name: "auth-webhook-url", usage: "http(s) URL of an identity service that reviews the tokens the server does not know (Kubernetes TokenReview shape; default: none)"},
 	{name: "auth-webhook-token", usage: "bearer token sent to the identity service with each review", secret: true},
@@ -226,7 +231,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
 		ImagePlatform: "linux/amd64", KanikoNamespace: "sless-builds", KanikoImage: kanikosettings.DefaultImage,
 		KanikoFetchImage: kanikosettings.DefaultFetchImage, KanikoCPU: kanikosettings.DefaultCPU, KanikoMemory: kanikosettings.DefaultMemory, JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
-		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256, InstanceEgress: "all",
+		Sandbox: "auto", SandboxUIDs: "200000-265535", InstanceTmpMB: 64, InstancePids: 256, InstanceEgress: "all", Zygote: "auto",
 		AuthWebhookTimeout: 5 * time.Second, AuthWebhookCacheTTL: 2 * time.Minute, AuthWebhookNegativeCacheTTL: 10 * time.Second,
 		TraceSampleRatio: 1, MetricsPushInterval: 15 * time.Second}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
@@ -245,7 +250,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		"max-request-bytes": &cfg.MaxRequestBytes, "max-result-bytes": &cfg.MaxResultBytes, "invocation-retention": &cfg.InvocationRetention,
 		"journal-sync": &cfg.JournalSync, "journal-max-bytes": &cfg.JournalMaxBytes,
 		"server-cpus": &cfg.ServerCPUs, "sandbox": &cfg.Sandbox, "sandbox-uids": &cfg.SandboxUIDs,
-		"instance-tmp-mb": &cfg.InstanceTmpMB, "instance-pids": &cfg.InstancePids, "instance-egress": &cfg.InstanceEgress,
+		"instance-tmp-mb": &cfg.InstanceTmpMB, "instance-pids": &cfg.InstancePids, "instance-egress": &cfg.InstanceEgress, "zygote": &cfg.Zygote,
 		"auth-webhook-url": &cfg.AuthWebhookURL, "auth-webhook-token": &cfg.AuthWebhookToken,
 		"auth-webhook-timeout": &cfg.AuthWebhookTimeout, "auth-webhook-cache-ttl": &cfg.AuthWebhookCacheTTL,
 		"auth-webhook-negative-cache-ttl": &cfg.AuthWebhookNegativeCacheTTL,
@@ -497,6 +502,9 @@ func (c *Config) validate() error {
 	}
 	if c.InstancePids < 16 {
 		bad("instance-pids", "must be at least 16")
+	}
+	if !slices.Contains([]string{"auto", "off"}, c.Zygote) {
+		bad("zygote", "%q is not one of auto, off", c.Zygote)
 	}
 	if _, err := runtime.ParseEgress(c.InstanceEgress); err != nil {
 		bad("instance-egress", "%q is not one of all, public", c.InstanceEgress)

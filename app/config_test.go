@@ -93,6 +93,7 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 		{"zero negative ttl", nil, map[string]string{"SLESS_AUTH_WEBHOOK_NEGATIVE_CACHE_TTL": "0s"}, "auth-webhook-negative-cache-ttl"},
 		{"bad instance egress", nil, map[string]string{"SLESS_INSTANCE_EGRESS": "private"}, `instance-egress (SLESS_INSTANCE_EGRESS): "private" is not one of all, public`},
 		{"negative server cpus", nil, map[string]string{"SLESS_SERVER_CPUS": "-1"}, "server-cpus (SLESS_SERVER_CPUS): must not be negative"},
+		{"bad zygote", nil, map[string]string{"SLESS_ZYGOTE": "on"}, `zygote (SLESS_ZYGOTE): "on" is not one of auto, off`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -163,7 +163,7 @@ func executorOptions(c Config, name string) fx.Option {
 				func(lc fx.Lifecycle, reg *runtime.Registry, sb *sandbox.Sandbox, eg egress, log *slog.Logger) *local.Executor {
 					e := local.New(local.Config{IdleTimeout: c.IdleTimeout, Spares: c.Prestart, QueueDepth: c.QueueDepth,
 						Pids: c.InstancePids, Sandbox: sb, Egress: eg.filter, EgressUnavailable: eg.unavailable,
-						PublicEgress: runtime.Egress(c.InstanceEgress) == runtime.EgressPublic}, reg, log)
+						PublicEgress: runtime.Egress(c.InstanceEgress) == runtime.EgressPublic, Zygotes: c.Zygote == "auto"}, reg, log)
 					lc.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
 					return e
 				},
