@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"sless.kube5s.ru/sless/internal/testenv"
@@ -28,6 +29,13 @@ def handle(event, context):
         return dict(os.environ)
     if mode == "forkbomb":
         return forkbomb()
+    if mode == "killall":
+        # Every process this one may signal: its own pid namespace's only.
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return "killed what it could"
     if mode == "leave":
         # A child in a new session and a daemonized grandchild.
         subprocess.Popen(["/bin/sleep", event["marker"]], start_new_session=True)
@@ -169,6 +177,37 @@ def fill_socket_dir(e):
         except OSError:
             pass
 
+def inherited_descriptors(e):
+    # Nothing of a zygote's or the server's: no packet socket (a zygote's
+    # control socket), no pidfd.
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            continue
+        if "pidfd" in target:
+            found.append(target)
+            continue
+        try:
+            s = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            continue
+        if s.type == socket.SOCK_SEQPACKET:
+            found.append("packet socket " + fd)
+        s.close()
+    return found or None
+
+def zygote_mounts(e):
+    # One /proc (its own), and no other instance's code mount point.
+    with open("/proc/self/mountinfo") as f:
+        mounts = f.read()
+    procs = mounts.count(" - proc ")
+    codes = os.listdir("/.sless-codes") if os.path.isdir("/.sless-codes") else []
+    if procs == 1 and not codes and "sless-codes" not in mounts:
+        return None
+    return "%d proc mounts, code mount points %s" % (procs, codes)
+
 libc = ctypes.CDLL(None, use_errno=True)
 
 def syscall_refused(call):
@@ -278,7 +317,7 @@ const serverCanary = "AWS_SECRET_ACCESS_KEY=server-canary-credential"
 func TestSandboxEscapes(t *testing.T) {
 	s := startServer(t, serverOptions{env: []string{serverCanary}})
 	requireSandbox(t, s)
-	escapeSuite(t, s)
+	escapeSuite(t, s, false)
 }
 
 // The escape suite against a server started as an ordinary user: the
@@ -286,7 +325,72 @@ func TestSandboxEscapes(t *testing.T) {
 func TestRootlessSandboxEscapes(t *testing.T) {
 	s := startServer(t, serverOptions{env: []string{serverCanary}, unprivileged: true})
 	requireSandbox(t, s, "rootless mode")
-	escapeSuite(t, s)
+	escapeSuite(t, s, false)
+}
+
+// The escape suite against python instances forked from a zygote, and the
+// attacks a zygote adds: on the zygote and its init, and through what an
+// instance could inherit from them.
+func TestForkedSandboxEscapes(t *testing.T) {
+	s := startServer(t, serverOptions{env: []string{serverCanary}})
+	requireSandbox(t, s, "root mode")
+	if !strings.Contains(s.logs.String(), "forked from a zygote per runtime and namespace") {
+		t.Skipf("the server forks no instances here: %s", firstLine(s.logs.String(), "instances are not forked"))
+	}
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": victimPy}), "--name", "warmup", "--runtime", "python3.11")
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": attackerPy}), "--name", "killer", "--runtime", "python3.11")
+	warm := func() {
+		// The first cold start of a namespace starts its zygote.
+		s.waitFor("the warm-up answering", func() bool { code, _, _ := s.post("/fn/default/warmup", `{}`); return code == 200 })
+		s.waitFor("the zygote of namespace default running", func() bool { return len(s.zygotes()) > 0 })
+		s.waitFor("the killer answering", func() bool { code, _, _ := s.post("/fn/default/killer", `{"mode": "hello"}`); return code == 200 })
+		if !s.forked(attackerPy) {
+			t.Fatal("the killer's instance was not forked from the zygote")
+		}
+	}
+	warm()
+	t.Run("the zygote is not root, and an instance reaches neither it nor a sibling", func(t *testing.T) {
+		zygotes := s.zygotes()
+		for _, pid := range zygotes {
+			if uid := uidOf(pid); uid < 200000 {
+				t.Errorf("zygote process %d runs as uid %d, want one of the sandbox's range", pid, uid)
+			}
+		}
+		if code, _, out := s.post("/fn/default/killer", `{"mode": "killall"}`); code != 200 {
+			t.Fatalf("killall: %d %s", code, out)
+		}
+		for _, pid := range zygotes {
+			if err := syscall.Kill(pid, 0); err != nil {
+				t.Errorf("zygote process %d after an instance killed all it could: %v", pid, err)
+			}
+		}
+		for _, fn := range []string{"killer", "warmup"} {
+			if code, _, out := s.post("/fn/default/"+fn, `{"mode": "hello"}`); code != 200 {
+				t.Errorf("%s after the killer killed all it could: %d %s", fn, code, out)
+			}
+		}
+	})
+	t.Run("no process of a forked instance or a zygote outlives a killed server", func(t *testing.T) {
+		marker := fmt.Sprintf("4345.%d", os.Getpid())
+		if code, _, out := s.post("/fn/default/killer", fmt.Sprintf(`{"mode": "leave", "marker": %q}`, marker)); code != 200 {
+			t.Fatalf("leave: %d %s", code, out)
+		}
+		s.waitFor("the killer's probe processes running", func() bool { return len(processesWith(marker)) > 0 })
+		zygotes := s.zygotes()
+		s.crash()
+		s.waitFor("the killer's processes gone after the server was killed", func() bool { return len(processesWith(marker)) == 0 })
+		s.waitFor("the zygotes gone after the server was killed", func() bool {
+			for _, pid := range zygotes {
+				if syscall.Kill(pid, 0) == nil {
+					return false
+				}
+			}
+			return true
+		})
+		s.start()
+		warm()
+	})
+	escapeSuite(t, s, true)
 }
 
 // requireSandbox ends t unless s's start-up log says its instances are
@@ -311,8 +415,9 @@ func requireSandbox(t *testing.T, s *server, mode ...string) {
 	t.Fatalf("the server runs without the sandbox: %s", reason)
 }
 
-// escapeSuite deploys a victim and attackers on s and runs every probe.
-func escapeSuite(t *testing.T, s *server) {
+// escapeSuite deploys a victim and attackers on s and runs every probe;
+// with forked, the python ones must have been forked from a zygote.
+func escapeSuite(t *testing.T, s *server, forked bool) {
 	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": victimPy}), "--name", "victim", "--runtime", "python3.11",
 		"--env", "SECRET=victim-secret-xyz", "--min-instances", "1")
 	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": attackerPy}), "--name", "attacker", "--runtime", "python3.11",
@@ -323,6 +428,11 @@ func escapeSuite(t *testing.T, s *server) {
 		s.waitFor(fn+" answering", func() bool { code, _, _ := s.post("/fn/default/"+fn, `{"mode": "hello"}`); return code == 200 })
 	}
 	info := s.sandboxInfo(t)
+	for _, code := range []string{victimPy, attackerPy} {
+		if forked && !s.forked(code) {
+			t.Fatalf("no instance of the code %.40q... was forked from a zygote", code)
+		}
+	}
 
 	for _, fn := range []string{"attacker", "attacker-js"} {
 		t.Run(fn, func(t *testing.T) {
@@ -443,18 +553,12 @@ func (s *server) sandboxInfo(t *testing.T) sandboxInfo {
 			}
 		}
 	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			// "pid (comm) state ppid ..."
-			fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-			if len(fields) > 1 && fields[1] == strconv.Itoa(info.ServerPid) {
-				info.InstancePids = append(info.InstancePids, pid)
-			}
+	// The server's children (instances it started, zygotes' inits) and
+	// their children (forked instances, zygotes, instances' own processes).
+	parents := parentsOf()
+	for pid, ppid := range parents {
+		if ppid == info.ServerPid || parents[ppid] == info.ServerPid {
+			info.InstancePids = append(info.InstancePids, pid)
 		}
 	}
 	if len(info.InstancePids) < 3 {
@@ -473,6 +577,81 @@ func (s *server) sandboxInfo(t *testing.T) sandboxInfo {
 		t.Fatalf("reached %d instance sockets, want the three functions' and the spares'", len(info.Sockets))
 	}
 	return info
+}
+
+// zygotes returns the pids of the processes of s's zygotes: the inits, the
+// server's children that run zygote.py, and the zygotes, their children
+// that serve no socket.
+func (s *server) zygotes() []int {
+	var pids []int
+	parents := parentsOf()
+	for pid, ppid := range parents {
+		if ppid == s.cmd.Process.Pid && isZygote(pid) {
+			pids = append(pids, pid)
+			for child, parent := range parents {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d/root/run/sless/s.sock", child)); parent == pid && err != nil {
+					pids = append(pids, child)
+				}
+			}
+		}
+	}
+	return pids
+}
+
+// forked reports whether an instance forked from one of s's zygotes (a
+// child of a zygote's init) runs with code as its handler.py.
+func (s *server) forked(code string) bool {
+	parents := parentsOf()
+	for pid, ppid := range parents {
+		if parents[ppid] == s.cmd.Process.Pid && isZygote(ppid) {
+			if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/code/handler.py", pid)); err == nil && string(data) == code {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isZygote reports whether pid runs the python zygote (a fork of it keeps
+// its command line).
+func isZygote(pid int) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(cmdline), "/zygote.py\x00")
+}
+
+// uidOf returns the real uid of pid, -1 when it is gone.
+func uidOf(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+			uid, _ := strconv.Atoi(strings.Fields(v)[0])
+			return uid
+		}
+	}
+	return -1
+}
+
+// parentsOf maps every process's pid to its parent's.
+func parentsOf() map[int]int {
+	parents := map[int]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			// "pid (comm) state ppid ..."
+			fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+			if len(fields) > 1 {
+				parents[pid], _ = strconv.Atoi(fields[1])
+			}
+		}
+	}
+	return parents
 }
 
 // processesWith returns the pids whose command line has the argument arg.
