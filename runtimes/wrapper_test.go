@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"sless.kube5s.ru/sless/internal/testenv"
+	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/runtimes"
 )
 
@@ -42,13 +43,24 @@ const (
 
 // wrapperRuntime is one wrapper under test.
 type wrapperRuntime struct {
-	name       string
+	name string // the runtime, which cases key their expectations by
+	// forked says the instances are forked from a zygote
+	// (runtimes.PythonZygote) instead of started.
+	forked     bool
 	source     []byte                 // the embedded wrapper
 	scriptName string                 // file name the wrapper is written to
 	locate     func() (string, error) // the interpreter; errNotInstalled skips
 	appFile    string                 // file name of the routing fixture
 	appSource  string                 // the routing fixture (see pythonApp)
 	appAsync   string                 // handler name of the fixture's async entry point
+}
+
+// label names the runtime's run of the suite.
+func (rt *wrapperRuntime) label() string {
+	if rt.forked {
+		return rt.name + " forked"
+	}
+	return rt.name
 }
 
 // appFiles is the routing fixture as a code dir's files.
@@ -61,6 +73,10 @@ var errNotInstalled = errors.New("not installed")
 var wrapperRuntimes = []*wrapperRuntime{
 	{
 		name: python, source: runtimes.PythonServer, scriptName: "server.py",
+		locate: pythonInterpreter, appFile: "handler.py", appSource: pythonApp, appAsync: "handler.handle_async",
+	},
+	{
+		name: python, forked: true, source: runtimes.PythonServer, scriptName: "server.py",
 		locate: pythonInterpreter, appFile: "handler.py", appSource: pythonApp, appAsync: "handler.handle_async",
 	},
 	{
@@ -370,14 +386,16 @@ type conformanceCase struct {
 type suite struct {
 	rt     *wrapperRuntime
 	interp string
-	script string    // the wrapper written to disk
+	script string // the wrapper written to disk, as its instances see it
+	// zygote forks the instances of a forked runtime.
+	zygote *sandbox.Zygote
 	app    *instance // specialized with the routing fixture, concurrency 1
 	appDir string
 }
 
 func TestWrapperConformance(t *testing.T) {
 	for _, rt := range wrapperRuntimes {
-		t.Run(rt.name, func(t *testing.T) {
+		t.Run(rt.label(), func(t *testing.T) {
 			t.Parallel()
 			s := newSuite(t, rt)
 			for _, c := range conformanceCases {
@@ -441,9 +459,13 @@ func newSuite(t *testing.T, rt *wrapperRuntime) *suite {
 		t.Fatalf("locating the %s interpreter: %v", rt.name, err)
 	}
 	s := &suite{rt: rt, interp: interp}
-	s.script = filepath.Join(t.TempDir(), rt.scriptName)
-	if err := os.WriteFile(s.script, rt.source, 0o644); err != nil {
-		t.Fatal(err)
+	if rt.forked {
+		s.zygote, s.script = startZygote(t, interp, rt)
+	} else {
+		s.script = filepath.Join(t.TempDir(), rt.scriptName)
+		if err := os.WriteFile(s.script, rt.source, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.appDir = writeFiles(t, rt.appFiles())
 	s.app = s.start(t)
@@ -540,7 +562,7 @@ func testException(t *testing.T, s *suite) {
 	if !strings.HasPrefix(logs, "about to fail\n") {
 		t.Errorf("logs = %q, want them to start with what the handler printed", logs)
 	}
-	for _, want := range []string{wantType, "boom", filepath.Join(s.appDir, s.rt.appFile)} {
+	for _, want := range []string{wantType, "boom", filepath.Join(s.app.seen(s.appDir), s.rt.appFile)} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs = %q, want a traceback mentioning %q", logs, want)
 		}
@@ -618,7 +640,7 @@ func testStrayErrors(t *testing.T, s *suite) {
 	wantStatus(t, in.get(t, "/plain"), http.StatusOK)
 	select {
 	case <-in.exited:
-		t.Fatalf("the process exited (%v) after errors outside an invocation", in.state)
+		t.Fatalf("the process exited (status %d) after errors outside an invocation", in.exitCode)
 	default:
 	}
 }
@@ -834,6 +856,9 @@ func testEnvAndCwd(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.zygote != nil {
+		wantDir = s.app.seen(s.appDir)
+	}
 	if got.Cwd != wantDir {
 		t.Errorf("handler working directory = %q, want the code dir %q", got.Cwd, wantDir)
 	}
@@ -912,7 +937,7 @@ func testSpecializeErrors(t *testing.T, s *suite) {
 				t.Errorf("specialize %s logs = %q, want a traceback mentioning %q", tc.handler, logs, w.errContains)
 			}
 			// The answer reaches the function's callers: the platform's paths stay out of it.
-			for _, dir := range []string{codeDir, realCodeDir, s.script} {
+			for _, dir := range []string{codeDir, realCodeDir, in.seen(codeDir), s.script} {
 				if msg := fmt.Sprint(got["error"]); strings.Contains(msg, dir) || strings.Contains(logs, dir) {
 					t.Errorf("specialize %s = %q, logs %q; want no mention of %s", tc.handler, msg, logs, dir)
 				}
@@ -996,6 +1021,7 @@ func testESModules(t *testing.T, s *suite) {
 }
 
 func testCodeDirMode(t *testing.T, s *suite) {
+	s.skipForked(t)
 	in := s.start(t, startOptions{
 		args: []string{"--code-dir", s.appDir, "--handler", "handler.handle"},
 		env:  []string{"SLESS_FUNCTION=cd-fn", "SLESS_NAMESPACE=cd-ns", "SLESS_CONCURRENCY=2"},
@@ -1023,6 +1049,7 @@ func testCodeDirMode(t *testing.T, s *suite) {
 }
 
 func testCodeDirModeBroken(t *testing.T, s *suite) {
+	s.skipForked(t)
 	in := s.launch(t, startOptions{args: []string{"--code-dir", s.appDir, "--handler", "handler.missing"}})
 	code := in.waitExit(t)
 	if code == 0 {
@@ -1239,13 +1266,17 @@ func testExpectContinue(t *testing.T, s *suite) {
 
 // instance is one running wrapper process.
 type instance struct {
-	sock   string
-	client *http.Client
-	stdout testenv.SyncBuffer
-	stderr testenv.SyncBuffer
-	exited chan struct{}
-	state  *os.ProcessState // set when exited is closed
-	ready  *os.File         // read end of the --ready-fd pipe
+	sock     string
+	client   *http.Client
+	stdout   testenv.SyncBuffer
+	stderr   testenv.SyncBuffer
+	exited   chan struct{}
+	exitCode int      // set when exited is closed; -1 when killed by a signal
+	ready    *os.File // read end of the --ready-fd pipe
+	// box is the sandbox of a forked instance, and code the directory
+	// mounted as its code dir once specialize named it.
+	box  *sandbox.Instance
+	code string
 }
 
 type startOptions struct {
@@ -1273,6 +1304,9 @@ func (s *suite) launch(t *testing.T, opts ...startOptions) *instance {
 	var opt startOptions
 	if len(opts) > 0 {
 		opt = opts[0]
+	}
+	if s.zygote != nil {
+		return s.fork(t, opt)
 	}
 	// Unix socket paths are limited to about 100 bytes: t.TempDir can be longer.
 	dir, err := os.MkdirTemp("", "sless-rt")
@@ -1303,7 +1337,7 @@ func (s *suite) launch(t *testing.T, opts ...startOptions) *instance {
 	}
 	go func() {
 		cmd.Wait()
-		in.state = cmd.ProcessState
+		in.exitCode = cmd.ProcessState.ExitCode()
 		close(in.exited)
 	}()
 	t.Cleanup(func() {
@@ -1344,7 +1378,7 @@ func (in *instance) waitExit(t *testing.T) int {
 	t.Helper()
 	select {
 	case <-in.exited:
-		return in.state.ExitCode()
+		return in.exitCode
 	case <-time.After(startTimeout):
 		t.Fatalf("the process did not exit within %v; stderr:\n%s", startTimeout, in.stderr.String())
 		return 0
@@ -1402,6 +1436,16 @@ type specializeRequest struct {
 
 func (in *instance) specialize(t *testing.T, req specializeRequest) result {
 	t.Helper()
+	if in.box != nil && filepath.IsAbs(req.CodeDir) {
+		// As the platform does: the code appears at /code in the sandbox.
+		if in.code == "" {
+			if err := in.box.MountCode(req.CodeDir); err != nil {
+				t.Fatal(err)
+			}
+			in.code = req.CodeDir
+		}
+		req.CodeDir = sandbox.CodeDir
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
