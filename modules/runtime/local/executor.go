@@ -21,6 +21,12 @@
 // mounted into: its init waits for the code's path, and specialize hands it
 // over, which starts the interpreter; a cold start then skips the init's own
 // start but not the interpreter's.
+//
+// With Config.Zygotes and the sandbox's root mode, the instances of a
+// runtime that can fork (runtime.Forker) are forked from a zygote of their
+// runtime and namespace instead (see forker), which keeps forked spares;
+// they share the zygote's memory. Their limits are cgroups they join before
+// they run anything, so the executor never names them by pid.
 package local
 
 import (
@@ -109,7 +115,7 @@ type Executor struct {
 	zygotes bool
 
 	// mu guards the maps; every invocation reads pools.
-	mu     sync.RWMutex
+	mu      sync.RWMutex
 	pools   map[meta.Key]*pool
 	spares  map[string]*spares
 	forkers map[forkerKey]*forker

@@ -40,6 +40,77 @@
 // New probes the mode the server's privileges allow by starting a real
 // sandbox; where neither works, "auto" turns the sandbox off and says why,
 // "require" refuses.
+//
+// # Zygotes
+//
+// In the root mode, the instances of a runtime whose interpreter can fork
+// (python) may instead be forked from a zygote (Zygote): an interpreter that
+// has imported the wrapper once, whose memory its instances share
+// copy-on-write until they write to it. The design:
+//
+//   - The processes. The server starts the zygote's init as uid 0 of a new
+//     user namespace, which maps it to a uid of the range of its own and the
+//     range's other uids to themselves, in new mount, pid, IPC and UTS
+//     namespaces owned by that user namespace. The init builds a root as an
+//     instance's, plus a slave of the server's shared directory of code
+//     mount points; it drops the supplementary groups, empties its bounding
+//     set but for CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID and CAP_SETPCAP,
+//     sets no_new_privs and the zygote's filter (the instances' one but for
+//     mount, umount2 and unshare of the namespaces an instance enters), and
+//     execs the interpreter (runtimes/python3.11/zygote.py) as pid 1. That
+//     process forks the zygote proper once, then empties every capability
+//     set, adds the instances' filter and stays as the reaper: it relays
+//     the server's requests, adopts the instances and reports their exits.
+//     The zygote imports the wrapper and forks on request.
+//   - A fork. The server makes the instance's cgroups, opens their
+//     cgroup.procs files and makes its code mount point, and sends the
+//     request with the instance's output and ready pipe and those files.
+//     The zygote's child joins the cgroups by writing "0" to them (the
+//     kernel checks the credentials of the server, which opened them),
+//     closes every other descriptor, unshares mount, pid, IPC and UTS
+//     namespaces and forks the instance, pid 1 of the new pid namespace,
+//     then exits, so that the reaper adopts it. The instance replaces the
+//     zygote's /tmp, /dev/shm, socket directory and /proc with its own,
+//     binds its code mount point at /code (a slave of the server's: the
+//     code MountCode mounts there at specialize appears) and unmounts the
+//     others', switches to its uid, empties its capability sets, sets
+//     no_new_privs, adds the instances' filter, and only then runs the
+//     wrapper's main. The reaper gives the server a pidfd of it: the server
+//     signals and reaches it through that, never by pid, since the reaper,
+//     not the server, reaps it. Every limit of a forked instance is
+//     therefore a cgroup's: where there is none, instances are started.
+//   - Lifetimes. Instances outlive the zygote proper (Retire, a crash); they
+//     die with the reaper, the init of the pid namespace theirs are nested
+//     in, which dies with the server (parent-death signal).
+//   - Sharing. A zygote serves one runtime and one namespace (the caller's
+//     choice): an instance holds a copy of the zygote's memory as of its
+//     fork, the interpreter's hash secret and address layout included,
+//     which instances of other tenants must not know.
+//
+// What a forked instance must not get, and why it does not:
+//
+//   - User code never runs in the zygote or its reaper, nor with their
+//     privileges: they run zygote.py and the wrapper's module-level
+//     definitions only; the handler loads at specialize, in the instance,
+//     after it dropped everything (the same checks as a started instance's
+//     pass: TestForkedInstanceSeesOnlyItsOwnWorld).
+//   - The zygote takes requests from its reaper only, and the reaper from
+//     the control socket, whose only other end the server holds; an instance
+//     inherits neither, nor any other descriptor of theirs. The zygote forks
+//     the wrapper only (no request names a program) and refuses a uid that
+//     is its own or outside the range. No request carries a secret: a
+//     function's environment reaches its instance at specialize.
+//   - Instances cannot signal, trace, read the memory or /proc of the
+//     zygote, its reaper or a sibling: each is in a pid namespace of its
+//     own below theirs (it cannot name them), runs as a uid of its own, and
+//     the filter refuses ptrace and process_vm_*
+//     (TestForkedInstanceCannotReachItsZygoteOrSiblings).
+//   - The zygote's capabilities are of its own user namespace, which owns no
+//     resource of the host: they let it mount in the namespaces it owns and
+//     take any uid of the range, so the zygote is trusted like the server
+//     with its namespace's instances, never with the host. It runs with
+//     no_new_privs and a filter, as a uid of the range
+//     (TestZygoteHoldsOnlyWhatItNeeds); the reaper holds no capability.
 package sandbox
 
 import (
