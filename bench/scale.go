@@ -132,9 +132,15 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 		float64(cpuAfter-cpuBefore)/ticksPerSecond*1000/float64(n))
 	fmt.Fprintf(report, "| server RSS with all deployed, none warm | %.0f MB |\n", rssDeployed/1e6)
 	fmt.Fprintf(report, "| server RSS with %d warm, after the load | %.0f MB |\n", warm, rssWarm/1e6)
+	pythonPSS := 0.0
 	for _, p := range procs {
-		fmt.Fprintf(report, "| PSS per %s process (%d running: warm instances and spares) | %.1f MB |\n", p.comm, p.count, p.pss/float64(p.count)/1e6)
+		fmt.Fprintf(report, "| PSS per %s process (%d running) | %.1f MB |\n", p.comm, p.count, p.pss/float64(p.count)/1e6)
+		if strings.HasPrefix(p.comm, "python") {
+			pythonPSS += p.pss
+		}
 	}
+	fmt.Fprintf(report, "| PSS of every python process (instances, spares, zygotes) ÷ warm python functions (%d) | %.1f MB |\n",
+		(warm+1)/2, pythonPSS/float64((warm+1)/2)/1e6)
 	fmt.Fprintf(report, "| /fn across the %d warm functions: req/s, p50, p99 | %.0f, %s, %s |\n", warm, spread.rps, msStr(spread.p50), msStr(spread.p99))
 	fmt.Fprintf(report, "| /fn on one python function alone (concurrency 32): req/s, p50, p99 | %.0f, %s, %s |\n", single.rps, msStr(single.p50), msStr(single.p99))
 	fmt.Fprintf(report, "| p99 across the warm functions ÷ p99 of the one alone | %.2f |\n", float64(spread.p99)/float64(single.p99))
@@ -285,7 +291,9 @@ type procMemory struct {
 
 // instanceMemory sums the proportional set size (PSS: shared pages divided
 // among the processes that share them) of the descendants of pid by
-// command name, the interpreters first.
+// command name, the interpreters first; the processes of a zygote (its
+// init, the zygote, the instances it forked, which keep its command line)
+// are a group of their own.
 func instanceMemory(pid int) ([]procMemory, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -333,6 +341,9 @@ func instanceMemory(pid int) ([]procMemory, error) {
 		pss, err := pssOf(p)
 		if err != nil {
 			continue // exited meanwhile
+		}
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(cmdline), "/zygote.py\x00") {
+			name += " forked from a zygote (and the zygote, its init)"
 		}
 		m := byComm[name]
 		if m == nil {
