@@ -1006,7 +1006,8 @@ class _App:
 # Process
 
 
-def _parse_args(argv):
+def parse_args(argv):
+    """Parses the command line after the program name (PROTOCOL.md, "Starting")."""
     parser = argparse.ArgumentParser(description="sless Python runtime wrapper")
     parser.add_argument("--listen", required=True, help="unix:PATH or tcp:HOST:PORT")
     parser.add_argument("--ready-fd", type=int, help="write 'ready\\n' to this fd once listening")
@@ -1071,7 +1072,12 @@ def _exit_status(exit_exc):
 
 
 def main(argv=None):
-    args = _parse_args(argv)
+    return serve(parse_args(argv))
+
+
+def serve(args):
+    """Runs the wrapper as parse_args parsed its command line. A zygote parses the command line
+    of its instances once and calls this in each (PROTOCOL.md, "Forked instances")."""
     # The script's own directory must not shadow user modules (e.g. a user module "server").
     script_dir = os.path.dirname(os.path.realpath(__file__))
     if sys.path and os.path.realpath(sys.path[0] or ".") == script_dir:

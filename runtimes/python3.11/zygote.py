@@ -8,13 +8,13 @@ mount, pid, IPC and UTS namespaces, a read-only root with the interpreter and th
 and talks to it over the control socket, fd 3, the only way in (protocol:
 modules/runtime/PROTOCOL.md, "Forked instances"). Three roles, one file:
 
-- the reaper (this process, pid 1): forks the zygote once, then drops every capability and
-  loads the instances' seccomp filter. It passes the platform's fork requests on to the zygote,
+- the reaper (this process, pid 1): imports the wrapper (so that it shares that memory too),
+  forks the zygote once, then drops every capability and loads the instances' seccomp filter. It passes the platform's fork requests on to the zygote,
   adopts the instances (their parent exits at once, so they become its children), reaps them,
   and reports each one's exit status. Instances outlive a dead zygote this way; when the reaper
   dies, the kernel ends the whole pid namespace, instances included.
-- the zygote: imports the wrapper and everything it imports, freezes the garbage collector's
-  view of those objects (so children keep the pages shared), and forks instances. It keeps the
+- the zygote: has the wrapper and everything it imports, kept out of the garbage collector's
+  view (so that children keep those pages shared), and forks instances. It keeps the
   capabilities its children need to confine themselves (CAP_SYS_ADMIN, CAP_SETUID,
   CAP_SETGID, CAP_SETPCAP of its own user namespace, none outside it) and runs no code but this
   file's and the wrapper's module-level definitions.
@@ -28,6 +28,7 @@ Standard library only (ctypes for the system calls the os module lacks).
 """
 
 import argparse
+import asyncio
 import base64
 import ctypes
 import gc
@@ -68,7 +69,11 @@ CODE_DIR = "/code"
 MAX_MESSAGE = 1 << 16
 MAX_FDS = 16
 
+# The C library's functions, looked up here once: a lookup in each instance would write to
+# memory the instances otherwise share.
 _libc = ctypes.CDLL(None, use_errno=True)
+_prctl_fn, _mount_fn, _umount2, _unshare, _capset = (
+    _libc.prctl, _libc.mount, _libc.umount2, _libc.unshare, _libc.capset)
 
 
 class _CapHeader(ctypes.Structure):
@@ -91,31 +96,31 @@ def _check(result, what):
 
 
 def _prctl(option, arg=0):
-    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
+    _check(_prctl_fn(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
 
 
 def _mount(source, target, fstype, flags, data=None):
-    _check(_libc.mount(source.encode() if source else None, target.encode(),
+    _check(_mount_fn(source.encode() if source else None, target.encode(),
                        fstype.encode() if fstype else None, ctypes.c_ulong(flags),
                        data.encode() if data else None), f"mounting {target}")
 
 
 def _umount(target):
-    _check(_libc.umount2(target.encode(), MNT_DETACH), f"unmounting {target}")
+    _check(_umount2(target.encode(), MNT_DETACH), f"unmounting {target}")
 
 
 def _drop_capabilities(keep_uid):
     """Empties the bounding and ambient sets (needs CAP_SETPCAP), and the others too when the
     process keeps its uid (a switch from uid 0 to another clears them)."""
     cap = 0
-    while _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) == 0:
+    while _prctl_fn(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) == 0:
         cap += 1
     if cap == 0 or ctypes.get_errno() != 22:  # EINVAL past the last capability
         raise OSError(ctypes.get_errno(), "dropping the bounding set")
     _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     if keep_uid:
         header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
-        _check(_libc.capset(ctypes.byref(header), data), "capset")
+        _check(_capset(ctypes.byref(header), data), "capset")
 
 
 def _load_filter(program):
@@ -123,7 +128,7 @@ def _load_filter(program):
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     buf = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+    _check(_prctl_fn(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
            "loading the seccomp filter")
 
 
@@ -256,22 +261,36 @@ def _mapped_uids():
     return [r for r in ranges if 0 not in r]
 
 
-def _zygote(sock, wrapper_path, program):
-    """Imports the wrapper, then forks an instance per request until end of file."""
-    uids = _mapped_uids()
-    spec = importlib.util.spec_from_file_location("__sless_wrapper__", wrapper_path)
+def _import_wrapper(path):
+    """Imports the wrapper as a module of its own name, and what its start sets up for good."""
+    spec = importlib.util.spec_from_file_location("__sless_wrapper__", path)
     wrapper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(wrapper)
-    # What the children inherit stays shared only if nothing writes to it: a collection in
-    # a child would write to every object's header, so those objects are kept out of it.
+    # Every instance's start creates an event loop: the first creation's setup for good (the
+    # event loop policy, the selector's state) is done here, once, and shared.
+    asyncio.new_event_loop().close()
+    # What the children inherit stays shared only if nothing writes to it: a collection in a
+    # child would write to every object's header, so the objects here are kept out of it
+    # (and those of each command line the zygote parses).
     gc.freeze()
+    return wrapper
+
+
+def _zygote(sock, wrapper, program):
+    """Forks an instance per request until end of file."""
+    uids = _mapped_uids()
     _send(sock, {"op": "ready"})
+    argvs = {}  # command lines, parsed once: each instance's is the same
     while True:
         message, fds = _recv(sock)
         if message is None or message.get("op") == "retire":
             os._exit(0)
         try:
-            pid = _fork_instance(message, fds, uids, wrapper, program)
+            argv = ("--listen", "unix:" + message["listen"], "--ready-fd", "3")
+            if argv not in argvs:
+                argvs[argv] = wrapper.parse_args(list(argv))
+                gc.freeze()
+            pid = _fork_instance(message, fds, uids, wrapper, (argv, argvs[argv]), program)
         except Exception as exc:
             _send(sock, {"op": "failed", "id": message.get("id"), "error": str(exc)})
         else:
@@ -281,7 +300,7 @@ def _zygote(sock, wrapper_path, program):
                 os.close(fd)
 
 
-def _fork_instance(request, fds, uids, wrapper, program):
+def _fork_instance(request, fds, uids, wrapper, args, program):
     """Forks an intermediate process that starts the instance and exits; returns its pid."""
     uid = request.get("uid")
     if not isinstance(uid, int) or not any(uid in r for r in uids):
@@ -297,7 +316,7 @@ def _fork_instance(request, fds, uids, wrapper, program):
     if pid == 0:
         try:
             os.close(report_r)
-            _intermediate(request, fds, report_w, wrapper, program)
+            _intermediate(request, fds, report_w, wrapper, args, program)
         finally:
             os._exit(0)  # never return into the zygote's loop; the report says how it went
     os.close(report_w)
@@ -309,7 +328,7 @@ def _fork_instance(request, fds, uids, wrapper, program):
     raise OSError(report[1:].decode(errors="replace") or "the instance's parent died")
 
 
-def _intermediate(request, fds, report_w, wrapper, program):
+def _intermediate(request, fds, report_w, wrapper, args, program):
     """In a child of the zygote: joins the cgroups, unshares, forks the instance, exits."""
     # 0 stays /dev/null; the instance's output on 1 and 2, its ready pipe on 3; the report
     # pipe on 4 until the instance is forked, the cgroups from 5 until joined; nothing else
@@ -324,7 +343,7 @@ def _intermediate(request, fds, report_w, wrapper, program):
             # "0" is the writer; the file was opened by the server, whose credentials count.
             os.write(fd, b"0")
             os.close(fd)
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS),
+        _check(_unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS),
                "unshare")
         pid = os.fork()
     except BaseException as exc:
@@ -333,15 +352,16 @@ def _intermediate(request, fds, report_w, wrapper, program):
     if pid == 0:
         os.close(4)
         try:
-            _instance(request, wrapper, program)
+            _instance(request, wrapper, args, program)
         except BaseException as exc:
             print(f"sless zygote: starting the instance: {exc}", file=sys.stderr, flush=True)
         os._exit(127)
     os.write(4, b"P%d" % pid)
 
 
-def _instance(request, wrapper, program):
-    """pid 1 of its own pid namespace: confines itself, then becomes the wrapper."""
+def _instance(request, wrapper, args, program):
+    """pid 1 of its own pid namespace: confines itself, then becomes the wrapper, started with
+    args: (its command line, as the wrapper's parse_args parsed it)."""
     uid, tmp = request["uid"], f"size={int(request['tmp_mb'])}m,mode=1777"
     _umount("/tmp")
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp)
@@ -370,11 +390,11 @@ def _instance(request, wrapper, program):
     os.chdir(request["dir"])
     os.environ.clear()
     os.environ.update(kv.split("=", 1) for kv in request.get("env", []))
-    argv = [wrapper.__file__, "--listen", "unix:" + request["listen"], "--ready-fd", "3"]
-    sys.argv = argv
+    argv, parsed = args
+    sys.argv = [wrapper.__file__, *argv]
     sys.modules["__main__"] = wrapper
     gc.enable()
-    wrapper.main(argv[1:])
+    wrapper.serve(parsed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,13 +410,15 @@ def main():
     program = base64.b64decode(args.filter)
     control = socket.socket(fileno=args.control_fd)
     gc.disable()  # until the children: no collection leaves holes in what they will share
+    # Imported before the zygote is forked, so that the reaper shares it too.
+    wrapper = _import_wrapper(args.wrapper)
     mine, zygotes = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         try:
             control.close()
             mine.close()
-            _zygote(zygotes, args.wrapper, program)
+            _zygote(zygotes, wrapper, program)
         except BaseException as exc:
             print(f"sless zygote: {exc}", file=sys.stderr, flush=True)
         os._exit(1)

@@ -15,6 +15,12 @@ import (
 // start get processes started by the init instead, before the next try.
 const zygoteRetry = time.Minute
 
+// zygoteIdle is how long a zygote that forks nothing is kept at least (the
+// idle timeout when that is longer): it makes the next cold starts of its
+// namespace, which come when its instances have scaled to zero, fork
+// instead of starting an interpreter and a zygote again.
+const zygoteIdle = 10 * time.Minute
+
 // forkerKey names a forker: a zygote is a tenant's own, since its instances
 // share its memory as it was when they were forked, the interpreter's hash
 // secret and address layout included.
@@ -22,7 +28,7 @@ type forkerKey struct{ runtime, namespace string }
 
 // forker forks the instances of one runtime and namespace from a zygote of
 // their own (sandbox.Zygote), started at the first cold start that wants
-// one and retired after the idle timeout without a fork. It keeps spares
+// one and retired after zygoteIdle (or the idle timeout) without a fork. It keeps spares
 // forked ahead, as the executor keeps started ones for the other runtimes.
 // Instances a retired or dead zygote forked keep running; the next cold
 // start starts a new zygote.
@@ -183,12 +189,12 @@ func (f *forker) fork(ctx context.Context, z *sandbox.Zygote) (*process, error) 
 	return forkProcess(ctx, f.p, z, l, e.limits(), e.log)
 }
 
-// retireIfIdle retires the zygote when it forked nothing for idle, and
-// stops its spares.
+// retireIfIdle retires the zygote when it forked nothing for zygoteIdle or
+// idle, whichever is longer, and stops its spares.
 func (f *forker) retireIfIdle(now time.Time, idle time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.z == nil || now.Sub(f.lastUsed) <= idle {
+	if f.z == nil || now.Sub(f.lastUsed) <= max(idle, zygoteIdle) {
 		return
 	}
 	f.e.log.Debug("retiring an idle zygote", "runtime", f.key.runtime, "namespace", f.key.namespace)

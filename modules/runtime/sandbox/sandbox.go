@@ -58,10 +58,10 @@
 //     sets no_new_privs and the zygote's filter (the instances' one but for
 //     mount, umount2 and unshare of the namespaces an instance enters), and
 //     execs the interpreter (runtimes/python3.11/zygote.py) as pid 1. That
-//     process forks the zygote proper once, then empties every capability
-//     set, adds the instances' filter and stays as the reaper: it relays
-//     the server's requests, adopts the instances and reports their exits.
-//     The zygote imports the wrapper and forks on request.
+//     process imports the wrapper, forks the zygote proper once, then
+//     empties every capability set, adds the instances' filter and stays as
+//     the reaper: it relays the server's requests, adopts the instances and
+//     reports their exits. The zygote forks on request.
 //   - A fork. The server makes the instance's cgroups, opens their
 //     cgroup.procs files and makes its code mount point, and sends the
 //     request with the instance's output and ready pipe and those files.
