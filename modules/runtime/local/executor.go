@@ -375,6 +375,12 @@ func (e *Executor) generic(ctx context.Context, p runtime.Provider, ns string) (
 		}
 	}
 	pr, err := f.take(ctx)
+	if err != nil && ctx.Err() == nil {
+		// A zygote that started but cannot fork must not fail cold starts.
+		e.log.Error("forking an instance failed; starting one instead", "runtime", p.Name(), "namespace", ns, "error", err)
+		f.failed()
+		pr, err = nil, nil
+	}
 	if pr != nil || err != nil {
 		return pr, err
 	}

@@ -86,3 +86,11 @@ func InstancePids(e *Executor, ns, name string) []int {
 	}
 	return pids
 }
+
+// ForkFailed plays a fork of runtime rt in namespace ns that failed.
+func ForkFailed(e *Executor, rt, ns string) {
+	e.mu.RLock()
+	f := e.forkers[forkerKey{rt, ns}]
+	e.mu.RUnlock()
+	f.failed()
+}

@@ -212,6 +212,15 @@ func (f *forker) retireLocked() {
 	}
 }
 
+// failed retires a zygote that could not fork: processes are started
+// instead until zygoteRetry has passed.
+func (f *forker) failed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retryAt = time.Now().Add(zygoteRetry)
+	f.retireLocked()
+}
+
 // stop retires the zygote for good: the executor stops.
 func (f *forker) stop() {
 	f.mu.Lock()

@@ -263,3 +263,29 @@ func TestForkedInstancesOutliveTheirZygote(t *testing.T) {
 		}
 	}
 }
+
+// A zygote that cannot fork is retired, and cold starts start their
+// processes instead until a retry.
+func TestFailedForkStartsProcesses(t *testing.T) {
+	e := newForkingExecutor(t, local.Config{Spares: 1})
+	deployIn(t, e, "default", "first", forkedProbe)
+	invokeIn(t, e, "default", "first", "{}")
+	zygoteOf(t, e, "default")
+	local.ForkFailed(e, "python3.11", "default")
+	if pid := local.ZygotePid(e, "python3.11", "default"); pid != 0 {
+		t.Fatalf("the zygote %d still forks after a failed fork", pid)
+	}
+	for _, name := range []string{"second", "third"} {
+		deployIn(t, e, "default", name, forkedProbe)
+		if r := invokeIn(t, e, "default", name, "{}"); r.err != nil || r.result.StatusCode != 200 {
+			t.Fatalf("%s: %+v", name, r)
+		}
+		pids := local.InstancePids(e, "default", name)
+		if len(pids) != 1 || parentOf(t, pids[0]) != os.Getpid() {
+			t.Errorf("%s: instances %v; want one started by the executor (parent %d)", name, pids, os.Getpid())
+		}
+	}
+	if pid := local.ZygotePid(e, "python3.11", "default"); pid != 0 {
+		t.Errorf("a zygote %d started again before the retry", pid)
+	}
+}
