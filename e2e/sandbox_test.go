@@ -334,6 +334,10 @@ func TestRootlessSandboxEscapes(t *testing.T) {
 func TestForkedSandboxEscapes(t *testing.T) {
 	s := startServer(t, serverOptions{env: []string{serverCanary}})
 	requireSandbox(t, s, "root mode")
+	s.waitFor("the start-up log saying whether instances are forked", func() bool {
+		return strings.Contains(s.logs.String(), "forked from a zygote per runtime and namespace") ||
+			strings.Contains(s.logs.String(), "instances are not forked")
+	})
 	if !strings.Contains(s.logs.String(), "forked from a zygote per runtime and namespace") {
 		t.Skipf("the server forks no instances here: %s", firstLine(s.logs.String(), "instances are not forked"))
 	}
@@ -399,6 +403,11 @@ func TestForkedSandboxEscapes(t *testing.T) {
 // container), is an unavailable service; any other reason is a failure.
 func requireSandbox(t *testing.T, s *server, mode ...string) {
 	t.Helper()
+	// The server answers before its log has been read to the end.
+	s.waitFor("the start-up log saying whether the sandbox is on", func() bool {
+		logs := s.logs.String()
+		return strings.Contains(logs, "instances and builds are sandboxed") || strings.Contains(logs, "not sandboxed")
+	})
 	logs := s.logs.String()
 	if line := firstLine(logs, "instances and builds are sandboxed"); line != "" {
 		for _, m := range mode {
