@@ -9,10 +9,11 @@ and talks to it over the control socket, fd 3, the only way in (protocol:
 modules/runtime/PROTOCOL.md, "Forked instances"). Three roles, one file:
 
 - the reaper (this process, pid 1): imports the wrapper (so that it shares that memory too),
-  forks the zygote once, then drops every capability and loads the instances' seccomp filter. It passes the platform's fork requests on to the zygote,
-  adopts the instances (their parent exits at once, so they become its children), reaps them,
-  and reports each one's exit status. Instances outlive a dead zygote this way; when the reaper
-  dies, the kernel ends the whole pid namespace, instances included.
+  forks the zygote once, then drops every capability and loads the instances' seccomp filter.
+  It passes the platform's fork requests on to the zygote, adopts the instances (their parent
+  exits at once, so they become its children), reaps them, and reports each one's exit status.
+  Instances outlive a dead zygote this way; when the reaper dies, the kernel ends the whole pid
+  namespace, instances included.
 - the zygote: has the wrapper and everything it imports, kept out of the garbage collector's
   view (so that children keep those pages shared), and forks instances. It keeps the
   capabilities its children need to confine themselves (CAP_SYS_ADMIN, CAP_SETUID,
@@ -21,7 +22,7 @@ modules/runtime/PROTOCOL.md, "Forked instances"). Three roles, one file:
 - an instance: joins its cgroups, enters new mount, pid, IPC and UTS namespaces, mounts its own
   /tmp, /dev/shm, /proc, socket directory and code mount point, switches to its own uid, drops
   every capability, sets no_new_privs, loads the seccomp filter, and only then runs the
-  wrapper's main, exactly as if it had been started as `server.py --listen ... --ready-fd 3`.
+  wrapper, exactly as if it had been started as `server.py --listen ... --ready-fd 3`.
   No user code runs before that: the handler loads at specialize, over the instance's socket.
 
 Standard library only (ctypes for the system calls the os module lacks).

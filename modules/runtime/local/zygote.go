@@ -28,10 +28,10 @@ type forkerKey struct{ runtime, namespace string }
 
 // forker forks the instances of one runtime and namespace from a zygote of
 // their own (sandbox.Zygote), started at the first cold start that wants
-// one and retired after zygoteIdle (or the idle timeout) without a fork. It keeps spares
-// forked ahead, as the executor keeps started ones for the other runtimes.
-// Instances a retired or dead zygote forked keep running; the next cold
-// start starts a new zygote.
+// one and retired after zygoteIdle (or the idle timeout) without a fork. It
+// keeps spares forked ahead, as the executor keeps started ones for the
+// other runtimes. Instances a retired or dead zygote forked keep running;
+// the next cold start starts a new zygote.
 type forker struct {
 	e   *Executor
 	p   runtime.Provider
