@@ -38,6 +38,7 @@ var (
 	writeReadme  = flag.Bool("write", false, "replace the results table in bench/README.md")
 	onlyOverload = flag.Bool("overload", false, "run only the overload measurement and print its table")
 	onlyBuilds   = flag.Bool("builds", false, "run only the build measurement (bench/build.go) and print its table")
+	useBinary    = flag.String("bin", "", "the sless binary to measure, to compare two builds run after run (default: built from this tree)")
 )
 
 // quickSettings are the values -quick gives the flags not set on the command line.
@@ -92,10 +93,13 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "sless")
-	logf("building sless")
-	if err := command("go", "build", "-o", bin, "./cmd/sless").Run(); err != nil {
-		return fmt.Errorf("building sless: %w", err)
+	bin := *useBinary
+	if bin == "" {
+		bin = filepath.Join(tmp, "sless")
+		logf("building sless")
+		if err := command("go", "build", "-o", bin, "./cmd/sless").Run(); err != nil {
+			return fmt.Errorf("building sless: %w", err)
+		}
 	}
 	python, err := realPath("python3.11", "-c", "import sys; print(sys.executable)")
 	if err != nil {
