@@ -216,8 +216,11 @@ func (b *Builder) Image(ctx context.Context, req build.Request) (build.Result, e
 		return build.Result{}, fmt.Errorf("creating a build directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	code, err := unzip.Code(ctx, b.blobs, req.CodeSHA256, tmp, b.cfg.Limits)
-	if err != nil {
+	code := filepath.Join(tmp, "code")
+	if err := os.Mkdir(code, 0o755); err != nil {
+		return build.Result{}, fmt.Errorf("creating a build directory: %w", err)
+	}
+	if err := unzip.Code(ctx, b.blobs, req.CodeSHA256, code, filepath.Join(tmp, "code.zip"), b.cfg.Limits); err != nil {
 		return build.Result{}, err
 	}
 	if err := build.CheckHandler(p, req.Handler, build.DirCode(code)); err != nil {

@@ -300,8 +300,11 @@ func (b *Builder) start(ctx context.Context, p dockerfileRuntime, req build.Requ
 		return nil, fmt.Errorf("creating a build directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	code, err := unzip.Code(ctx, b.blobs, req.CodeSHA256, tmp, b.cfg.Limits)
-	if err != nil {
+	code := filepath.Join(tmp, "code")
+	if err := os.Mkdir(code, 0o755); err != nil {
+		return nil, fmt.Errorf("creating a build directory: %w", err)
+	}
+	if err := unzip.Code(ctx, b.blobs, req.CodeSHA256, code, filepath.Join(tmp, "code.zip"), b.cfg.Limits); err != nil {
 		return nil, err
 	}
 	if err := build.CheckHandler(p, req.Handler, build.DirCode(code)); err != nil {

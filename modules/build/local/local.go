@@ -213,13 +213,23 @@ func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Re
 	start := time.Now()
 	ctx, cancel := b.timed(jobCtx, start)
 	defer cancel()
-	tmp, err := os.MkdirTemp(b.cfg.Dir, ".tmp-")
+	// The code is extracted where it is built and renamed to final: no
+	// directory is left to remove after a successful build (removing one per
+	// deploy made ext4 look past recently deleted inodes on every new file).
+	code, err := os.MkdirTemp(b.cfg.Dir, ".tmp-")
 	if err != nil {
 		return build.Result{}, fmt.Errorf("creating a build directory: %w", err)
 	}
-	defer os.RemoveAll(tmp)
-	code, err := unzip.Code(ctx, b.blobs, req.CodeSHA256, tmp, b.cfg.Limits)
-	if err != nil {
+	published := false
+	defer func() {
+		if !published {
+			os.RemoveAll(code)
+		}
+	}()
+	if err := os.Chmod(code, 0o755); err != nil {
+		return build.Result{}, fmt.Errorf("creating a build directory: %w", err)
+	}
+	if err := unzip.Code(ctx, b.blobs, req.CodeSHA256, code, code+".zip", b.cfg.Limits); err != nil {
 		return build.Result{}, err
 	}
 	log := &tail.Buffer{Max: build.LogLimit}
@@ -251,6 +261,7 @@ func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Re
 	if err := os.Rename(code, final); err != nil {
 		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
 	}
+	published = true
 	return build.Result{Artifact: final, Log: log.String()}, nil
 }
 
