@@ -117,13 +117,16 @@ func Migrations() []sqldb.Migration {
 	}}
 }
 
-// Store implements functions.Store.
+// Store implements functions.Store. It caches the functions it reads (see
+// cache), so it must be its database's only writer of functions, as the
+// embedded mode's server is.
 type Store struct {
-	db *gorm.DB
+	db    *gorm.DB
+	cache *cache
 }
 
 // New returns a store on db; the migrations must have run.
-func New(db *gorm.DB) *Store { return &Store{db: db} }
+func New(db *gorm.DB) *Store { return &Store{db: db, cache: newCache()} }
 
 var _ functions.Store = (*Store)(nil)
 
@@ -136,7 +139,9 @@ func (s *Store) Create(ctx context.Context, fn *functions.Function) (*functions.
 	r.Generation = 1
 	r.StatusPhase = string(functions.PhasePending)
 	r.StatusUpdatedAt = sqldb.Now()
-	if err := s.db.WithContext(ctx).Create(&r).Error; err != nil {
+	err = s.db.WithContext(ctx).Create(&r).Error
+	s.cache.invalidate(fn.Key())
+	if err != nil {
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
 			return nil, fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, functions.ErrAlreadyExists)
 		}
@@ -147,11 +152,20 @@ func (s *Store) Create(ctx context.Context, fn *functions.Function) (*functions.
 
 // Get implements functions.Store.
 func (s *Store) Get(ctx context.Context, key functions.Key) (*functions.Function, error) {
+	if fn, ok := s.cache.get(key); ok {
+		return fn, nil
+	}
+	epoch := s.cache.begin()
 	r, err := s.get(s.db.WithContext(ctx), key)
 	if err != nil {
 		return nil, err
 	}
-	return fromRow(r)
+	fn, err := fromRow(r)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.fill(key, fn, epoch)
+	return fn, nil
 }
 
 func (s *Store) get(db *gorm.DB, key functions.Key) (*row, error) {
@@ -232,6 +246,7 @@ func (s *Store) update(ctx context.Context, key functions.Key, cols map[string]a
 	var out []row
 	err := s.db.WithContext(ctx).Model(&out).Clauses(clause.Returning{}).
 		Where("namespace = ? AND name = ?", key.Namespace, key.Name).Updates(cols).Error
+	s.cache.invalidate(key)
 	if err != nil {
 		return nil, fmt.Errorf("updating function %s: %w", key, err)
 	}
@@ -261,6 +276,7 @@ func (s *Store) UpdateStatus(ctx context.Context, key functions.Key, st function
 			"status_artifact":   st.Artifact, "status_build_key": st.BuildKey,
 			"status_artifact_runtime": st.ArtifactRuntime, "status_artifact_handler": st.ArtifactHandler,
 		})
+	s.cache.invalidate(key)
 	if res.Error != nil {
 		return fmt.Errorf("updating the status of function %s: %w", key, res.Error)
 	}
@@ -273,6 +289,7 @@ func (s *Store) UpdateStatus(ctx context.Context, key functions.Key, st function
 // Delete implements functions.Store.
 func (s *Store) Delete(ctx context.Context, key functions.Key) error {
 	res := s.db.WithContext(ctx).Where("namespace = ? AND name = ?", key.Namespace, key.Name).Delete(&row{})
+	s.cache.invalidate(key)
 	if res.Error != nil {
 		return fmt.Errorf("deleting function %s: %w", key, res.Error)
 	}
