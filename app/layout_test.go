@@ -20,24 +20,29 @@ import (
 func TestImplementationsArePickedInApp(t *testing.T) {
 	const mod = "sless.kube5s.ru/sless/"
 	allowed := map[string][]string{
-		"modules/build/local":     {"app", "bench"},
-		"modules/build/crane":     {"app", "cli", "bench"},
-		"modules/runtime/local":   {"app"},
-		"modules/runtime/kube":    {"app"},
-		"modules/runtime/wire":    {"modules/runtime/local"},
-		"modules/runtime/sandbox": {"app", "modules/runtime/local", "cmd/sless"}, // cmd/sless runs sandbox.Init
-		"modules/storage/blobfs":  {"app", "bench"},
-		"modules/storage/blobs3":  {"app"},
+		"modules/build/local":   {"app", "bench"},
+		"modules/build/crane":   {"app", "cli", "bench"},
+		"modules/runtime/local": {"app"},
+		"modules/runtime/kube":  {"app"},
+		// The cluster mode's drivers of the reconcilers, which link
+		// controller-runtime: only app/cluster.go picks them.
+		"modules/reconciler/crdriver":    {"app", "modules/functions/fncontroller", "modules/triggers/trcontroller"},
+		"modules/functions/fncontroller": {"app"},
+		"modules/triggers/trcontroller":  {"app"},
+		"modules/runtime/wire":           {"modules/runtime/local"},
+		"modules/runtime/sandbox":        {"app", "modules/runtime/local", "cmd/sless"}, // cmd/sless runs sandbox.Init
+		"modules/storage/blobfs":         {"app", "bench"},
+		"modules/storage/blobs3":         {"app"},
 		// Offered to app/ as functionsfx.SQLStore, triggersfx.SQLStore,
 		// invokefx.SQLLedger and the WorkQueue drivers.
 		"modules/functions/fnstore": {"modules/functions/functionsfx"},
 		"modules/triggers/trstore":  {"modules/triggers/triggersfx"},
 		"modules/invoke/ledger":     {"modules/invoke/invokefx"},
 		"internal/controller":       {"modules/functions/functionsfx", "modules/triggers/triggersfx"},
-		"modules/triggers/control":  {"modules/triggers/triggersfx"},
+		"modules/triggers/control":  {"modules/triggers/triggersfx", "modules/triggers/trcontroller"},
 		// The cluster mode's stores, and what they share.
-		"modules/functions/crstore": {"app"},
-		"modules/triggers/crstore":  {"app"},
+		"modules/functions/crstore": {"app", "modules/functions/fncontroller"},
+		"modules/triggers/crstore":  {"app", "modules/triggers/trcontroller"},
 		"internal/kubestore":        {"modules/functions/crstore", "modules/triggers/crstore"},
 	}
 	gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")

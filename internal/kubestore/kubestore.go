@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"sless.kube5s.ru/sless/internal/names"
 	"sless.kube5s.ru/sless/internal/validation"
@@ -82,6 +84,9 @@ type Store struct {
 	c      client.Client
 	kind   Kind
 	prefix string
+	// apiNS memoizes APINamespace: a Kubernetes namespace's API namespace
+	// never changes (names.Namespace is deterministic).
+	apiNS sync.Map // string -> string
 }
 
 // New returns a store of the objects of kind over c, which should read from
@@ -111,6 +116,43 @@ func (s *Store) apiNamespaces(ctx context.Context) (map[string]string, error) {
 		return nil, fmt.Errorf("listing the namespaces of %ss: %w", s.kind.Name, err)
 	}
 	return out, nil
+}
+
+// APINamespace returns the API namespace whose objects the store keeps in
+// Kubernetes namespace k8sNS, and false when k8sNS is none of the store's
+// (it lacks names.NamespaceLabel, or has another prefix). It reads the
+// namespace's metadata once; later calls answer from memory.
+func (s *Store) APINamespace(ctx context.Context, k8sNS string) (string, bool, error) {
+	if v, ok := s.apiNS.Load(k8sNS); ok {
+		ns := v.(string)
+		return ns, ns != "", nil
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	err := s.c.Get(ctx, types.NamespacedName{Name: k8sNS}, m)
+	if apierrors.IsNotFound(err) {
+		return "", false, nil // not memoized: it may be created yet
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading namespace %s: %w", k8sNS, err)
+	}
+	ns := m.GetLabels()[names.NamespaceLabel]
+	if ns != "" && s.Namespace(ns) != k8sNS {
+		ns = ""
+	}
+	s.apiNS.Store(k8sNS, ns)
+	return ns, ns != "", nil
+}
+
+// KeyOf returns the key of name in Kubernetes namespace k8sNS: its API
+// namespace and name, and false when k8sNS is none of the store's (see
+// APINamespace).
+func (s *Store) KeyOf(ctx context.Context, k8sNS, name string) (meta.Key, bool, error) {
+	ns, ok, err := s.APINamespace(ctx, k8sNS)
+	if !ok || err != nil {
+		return meta.Key{}, false, err
+	}
+	return meta.Key{Namespace: ns, Name: name}, true, nil
 }
 
 // object sets the name and namespace of obj to those of key.
@@ -218,6 +260,44 @@ func (s *Store) Replace(ctx context.Context, key meta.Key, obj client.Object, pa
 		return s.err(err, "writing "+strings.TrimPrefix(path, "/")+" of", key)
 	}
 	return nil
+}
+
+// EnsureFinalizer adds finalizer name to the object of key, read into obj,
+// unless it is being deleted, and reports whether it is. A missing object
+// is not being deleted: it is gone (nil error).
+func (s *Store) EnsureFinalizer(ctx context.Context, key meta.Key, obj client.Object, name string) (deleting bool, err error) {
+	err = s.Get(ctx, key, obj)
+	switch {
+	case errors.Is(err, s.kind.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	case obj.GetDeletionTimestamp() != nil:
+		return true, nil
+	case controllerutil.ContainsFinalizer(obj, name):
+		return false, nil
+	}
+	err = s.Update(ctx, key, obj, func() {
+		// The API server refuses a new finalizer on an object being
+		// deleted.
+		if obj.GetDeletionTimestamp() == nil {
+			controllerutil.AddFinalizer(obj, name)
+		}
+	})
+	if errors.Is(err, s.kind.ErrNotFound) {
+		return false, nil
+	}
+	return obj.GetDeletionTimestamp() != nil, err
+}
+
+// RemoveFinalizer removes finalizer name from the object of key, read into
+// obj; a missing object is not an error.
+func (s *Store) RemoveFinalizer(ctx context.Context, key meta.Key, obj client.Object, name string) error {
+	err := s.Update(ctx, key, obj, func() { controllerutil.RemoveFinalizer(obj, name) })
+	if errors.Is(err, s.kind.ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 // jsonPatchOp is one operation of a JSON patch (RFC 6902); "add" replaces

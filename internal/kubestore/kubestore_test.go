@@ -242,3 +242,28 @@ func allOf(t *testing.T, s *Store) []meta.Key {
 	}
 	return keys
 }
+
+// TestAPINamespace maps the Kubernetes namespaces of a store back to their
+// API namespaces, and refuses those of another store and unknown ones.
+func TestAPINamespace(t *testing.T) {
+	_, s := newStore(t)
+	_, other := newStore(t)
+	mustCreate(t, s, meta.Key{Namespace: "a", Name: "x"})
+	mustCreate(t, other, meta.Key{Namespace: "b", Name: "y"})
+	for _, c := range []struct {
+		k8sNS  string
+		want   string
+		wantOK bool
+	}{
+		{s.Namespace("a"), "a", true},
+		{s.Namespace("a"), "a", true}, // from memory
+		{other.Namespace("b"), "", false},
+		{s.Namespace("never-made"), "", false},
+		{"kube-system", "", false},
+	} {
+		got, ok, err := s.APINamespace(ctx, c.k8sNS)
+		if err != nil || got != c.want || ok != c.wantOK {
+			t.Errorf("APINamespace(%s): %q, %v, %v; want %q, %v", c.k8sNS, got, ok, err, c.want, c.wantOK)
+		}
+	}
+}

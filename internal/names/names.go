@@ -53,6 +53,11 @@ func Namespace(ns string) string { return fit("sless-fn-", ns, MaxLabel) }
 // namespace is a valid label value as it is.
 const NamespaceLabel = "sless.kube5s.ru/namespace"
 
+// FunctionLabel is the label whose value is the name of the function
+// (LabelValue of it) that an object of the cluster mode runs, such as its
+// Deployment and pods.
+const FunctionLabel = "sless.kube5s.ru/function"
+
 // Deployment is the name of the Deployment that runs function fn.
 func Deployment(fn string) string { return fit("fn-", fn, MaxLabel) }
 

@@ -257,7 +257,9 @@ type Suspension interface {
 type Dependents interface {
 	// DeleteDependents deletes the objects that belong to key and returns
 	// their names by kind ("triggers", "jobs"; every kind present, names
-	// sorted). Once it returns, none of them runs again. It is idempotent
+	// sorted). Once it returns, none of them runs again (in the cluster
+	// mode: once the leader, which runs them, saw the deletions, which its
+	// watches tell it within moments). It is idempotent
 	// and safe for concurrent use.
 	DeleteDependents(ctx context.Context, key Key) (map[string][]string, error)
 }

@@ -60,6 +60,27 @@ func New(c client.Client, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// KeyOf returns the key of name in Kubernetes namespace k8sNS, with the
+// API namespace of the store's namespace k8sNS (the key of a Function
+// there, or of another object of the store's namespaces), and false when
+// k8sNS is none of the store's.
+func (s *Store) KeyOf(ctx context.Context, k8sNS, name string) (functions.Key, bool, error) {
+	return s.s.KeyOf(ctx, k8sNS, name)
+}
+
+// EnsureFinalizer adds finalizer name to the function of key unless it is
+// being deleted, and reports whether it is; a missing function is not
+// being deleted. See crdriver.Finalizing.
+func (s *Store) EnsureFinalizer(ctx context.Context, key functions.Key, name string) (bool, error) {
+	return s.s.EnsureFinalizer(ctx, key, &v1alpha1.Function{}, name)
+}
+
+// RemoveFinalizer removes finalizer name from the function of key; a
+// missing function is not an error.
+func (s *Store) RemoveFinalizer(ctx context.Context, key functions.Key, name string) error {
+	return s.s.RemoveFinalizer(ctx, key, &v1alpha1.Function{}, name)
+}
+
 // Create implements functions.Store. A new function has no status until
 // its reconciler writes one; until then it reads as Pending.
 func (s *Store) Create(ctx context.Context, fn *functions.Function) (*functions.Function, error) {

@@ -73,11 +73,7 @@ func New(store functions.Store, builder build.Builder, deployer runtime.Deployer
 func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconciler.Result, error) {
 	fn, err := r.store.Get(ctx, key)
 	if errors.Is(err, functions.ErrNotFound) {
-		if r.phases != nil {
-			r.phases.Phase(key, "")
-		}
-		return reconciler.Result{}, errors.Join(r.builder.Cancel(ctx, key.Namespace, key.Name),
-			r.deployer.Undeploy(ctx, key))
+		return reconciler.Result{}, r.Remove(ctx, key)
 	}
 	if err != nil {
 		return reconciler.Result{}, err
@@ -130,6 +126,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 		}
 	}
 	return res, r.setStatus(ctx, fn, st)
+}
+
+// Remove stops everything of a deleted function: its build and its
+// instances. It is idempotent; Reconcile calls it for a function that is
+// gone, and a driver that holds the function's deletion until its cleanup
+// is done (the cluster mode's finalizer) calls it for one being deleted.
+func (r *Reconciler) Remove(ctx context.Context, key functions.Key) error {
+	if r.phases != nil {
+		r.phases.Phase(key, "")
+	}
+	return errors.Join(r.builder.Cancel(ctx, key.Namespace, key.Name), r.deployer.Undeploy(ctx, key))
 }
 
 // deploy deploys st's artifact for fn, suspended or not.

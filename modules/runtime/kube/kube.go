@@ -46,7 +46,7 @@ const (
 	// LabelFunction carries the function's name (names.LabelValue of it)
 	// on every object of a function and on its pods; the Deployment, the
 	// Service and the NetworkPolicy select the pods by it alone.
-	LabelFunction = "sless.kube5s.ru/function"
+	LabelFunction = names.FunctionLabel
 	// LabelManagedBy, with the value ManagedBy, marks every object the
 	// executor made.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
@@ -152,9 +152,12 @@ func (p Peer) check() error {
 	return nil
 }
 
-// labels are the labels of every object of function fn.
-func labels(fn string) map[string]string {
-	return map[string]string{LabelManagedBy: ManagedBy, LabelFunction: names.LabelValue(fn)}
+// labels are the labels of every object of function fn of API namespace
+// ns and of its pods: with names.NamespaceLabel and LabelFunction, an
+// object names its function, which the cluster mode's controllers map its
+// events to.
+func labels(ns, fn string) map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, names.NamespaceLabel: ns, LabelFunction: names.LabelValue(fn)}
 }
 
 // selector selects function fn's pods.

@@ -123,7 +123,7 @@ func MakeService(t *runtime.Target) *corev1.Service {
 // doc for what they are like).
 func MakeDeployment(t *runtime.Target, o Options) *appsv1.Deployment {
 	o = o.defaults()
-	podLabels := labels(t.Name)
+	podLabels := labels(t.Namespace, t.Name)
 	var pullSecrets []corev1.LocalObjectReference
 	if len(o.ImagePullSecret) > 0 {
 		pullSecrets = []corev1.LocalObjectReference{{Name: names.ImagePullSecret}}
@@ -300,5 +300,5 @@ func port(proto corev1.Protocol, n int) networkingv1.NetworkPolicyPort {
 
 // objectMeta is the metadata of t's object named name.
 func objectMeta(t *runtime.Target, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Namespace: names.Namespace(t.Namespace), Labels: labels(t.Name)}
+	return metav1.ObjectMeta{Name: name, Namespace: names.Namespace(t.Namespace), Labels: labels(t.Namespace, t.Name)}
 }

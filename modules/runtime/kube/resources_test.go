@@ -37,7 +37,8 @@ func target(mods ...func(*runtime.Target)) *runtime.Target {
 	return t
 }
 
-var fnLabels = map[string]string{"app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/function": "hello"}
+var fnLabels = map[string]string{"app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/namespace": "team-a",
+	"sless.kube5s.ru/function": "hello"}
 
 // deployment returns the Deployment of target() with the default options,
 // written out whole, changed by mods.
@@ -161,7 +162,8 @@ func TestMakeDeployment(t *testing.T) {
 		name:   "a long name is shortened with a hash in names and labels alike",
 		target: target(func(t *runtime.Target) { t.Name = long }),
 		want: deployment(func(d *appsv1.Deployment) {
-			l := map[string]string{"app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/function": names.LabelValue(long)}
+			l := map[string]string{"app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/namespace": "team-a",
+				"sless.kube5s.ru/function": names.LabelValue(long)}
 			d.Name, d.Labels, d.Spec.Template.Labels = names.Deployment(long), l, l
 			d.Spec.Selector.MatchLabels = map[string]string{"sless.kube5s.ru/function": names.LabelValue(long)}
 			container(d).EnvFrom[0].SecretRef.Name = names.EnvSecret(long)
@@ -201,7 +203,8 @@ func TestMakeService(t *testing.T) {
 		want: &corev1.Service{
 			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 			ObjectMeta: metav1.ObjectMeta{Name: "fn-9lives", Namespace: "sless-fn-b",
-				Labels: map[string]string{"app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/function": "9lives"}},
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/namespace": "b",
+					"sless.kube5s.ru/function": "9lives"}},
 			Spec: corev1.ServiceSpec{
 				Type:     corev1.ServiceTypeClusterIP,
 				Selector: map[string]string{"sless.kube5s.ru/function": "9lives"},

@@ -20,16 +20,21 @@ const (
 type Dependents struct {
 	triggers triggers.Store
 	jobs     triggers.JobStore
-	local    *Local
+	// stop stops a deleted trigger where it runs, before its reconcile.
+	stop func(triggers.Key)
 	// enqueueTriggers and enqueueJobs tell the reconcilers about the
 	// deletions.
 	enqueueTriggers, enqueueJobs func(triggers.Key)
 }
 
-// NewDependents returns the dependents of functions in the stores; local
-// stops the deleted triggers.
-func NewDependents(trs triggers.Store, jobs triggers.JobStore, local *Local, enqueueTriggers, enqueueJobs func(triggers.Key)) *Dependents {
-	return &Dependents{triggers: trs, jobs: jobs, local: local, enqueueTriggers: enqueueTriggers, enqueueJobs: enqueueJobs}
+// NewDependents returns the dependents of functions in the stores; stop
+// stops a deleted trigger where it runs (Local.Remove in this process), and
+// enqueueTriggers and enqueueJobs tell the reconcilers about the deletions.
+// In the cluster mode the triggers run in another replica, the leader,
+// whose reconcilers watch the deletions: there the three do nothing, and a
+// deleted trigger stops when the leader sees its deletion.
+func NewDependents(trs triggers.Store, jobs triggers.JobStore, stop, enqueueTriggers, enqueueJobs func(triggers.Key)) *Dependents {
+	return &Dependents{triggers: trs, jobs: jobs, stop: stop, enqueueTriggers: enqueueTriggers, enqueueJobs: enqueueJobs}
 }
 
 // DeleteDependents implements functions.Dependents. A deleted trigger is
@@ -50,7 +55,7 @@ func (d *Dependents) DeleteDependents(ctx context.Context, fn functions.Key) (ma
 		if err := d.triggers.Delete(ctx, t.Key()); err != nil && !errors.Is(err, triggers.ErrNotFound) {
 			return nil, err
 		}
-		d.local.Remove(t.Key())
+		d.stop(t.Key())
 		d.enqueueTriggers(t.Key())
 		deleted[KindTriggers] = append(deleted[KindTriggers], t.Name)
 	}

@@ -47,7 +47,7 @@ func TestDeleteDependents(t *testing.T) {
 	enqueue := func(kind string) func(triggers.Key) {
 		return func(k triggers.Key) { enqueued = append(enqueued, kind+" "+k.String()) }
 	}
-	d := NewDependents(trs, jobs, local, enqueue("trigger"), enqueue("job"))
+	d := NewDependents(trs, jobs, local.Remove, enqueue("trigger"), enqueue("job"))
 
 	deleted, err := d.DeleteDependents(ctx, fn)
 	if err != nil {

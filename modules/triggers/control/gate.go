@@ -5,6 +5,7 @@
 package control
 
 import (
+	"context"
 	"sync"
 
 	"sless.kube5s.ru/sless/modules/functions"
@@ -81,6 +82,28 @@ func (g *Gate) set(key triggers.Key, o reconcile.Exposure) []functions.Key {
 	}
 	return changed
 }
+
+// GateApplier implements reconcile.Applier with the gate alone: it opens
+// and closes /fn as the triggers say, and neither runs them nor writes
+// their status. In the cluster mode every replica serves /fn and keeps its
+// gate with one, while the leader alone applies triggers with Local.
+type GateApplier struct {
+	gate *Gate
+}
+
+var _ reconcile.Applier = GateApplier{}
+
+// NewGateApplier returns the applier of gate.
+func NewGateApplier(gate *Gate) GateApplier { return GateApplier{gate: gate} }
+
+// Apply implements reconcile.Applier.
+func (a GateApplier) Apply(_ context.Context, t *triggers.Trigger, d reconcile.Desired) error {
+	a.gate.set(t.Key(), d.Exposure)
+	return nil
+}
+
+// Remove implements reconcile.Applier.
+func (a GateApplier) Remove(key triggers.Key) { a.gate.set(key, reconcile.Exposure{}) }
 
 // decrement lowers k's count and reports whether it reached zero.
 func decrement(counts map[functions.Key]int, k functions.Key) bool {

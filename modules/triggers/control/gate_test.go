@@ -41,3 +41,28 @@ func TestGate(t *testing.T) {
 		t.Errorf("gate kept state after every trigger was removed: %+v", g)
 	}
 }
+
+// TestGateApplier: the applier of every replica of the cluster mode opens
+// and closes /fn as the desired state says, and nothing else.
+func TestGateApplier(t *testing.T) {
+	g := NewGate()
+	a := NewGateApplier(g)
+	tr := &triggers.Trigger{Name: "web", Namespace: "a", Spec: triggers.Spec{Type: triggers.TypeHTTP, Function: "f"}}
+	if err := a.Apply(t.Context(), tr, reconcile.Desired{Phase: triggers.PhaseActive, Exposure: reconcile.ExposureOf(tr)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Access("a", "f"); !got.Exposed {
+		t.Errorf("after an active http trigger: %+v, want exposed", got)
+	}
+	if err := a.Apply(t.Context(), tr, reconcile.Desired{Phase: triggers.PhaseDisabled}); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Access("a", "f"); got.Exposed {
+		t.Errorf("after disabling: %+v, want not exposed", got)
+	}
+	a.Apply(t.Context(), tr, reconcile.Desired{Phase: triggers.PhaseActive, Exposure: reconcile.ExposureOf(tr)})
+	a.Remove(tr.Key())
+	if got := g.Access("a", "f"); got.Exposed {
+		t.Errorf("after removal: %+v, want not exposed", got)
+	}
+}

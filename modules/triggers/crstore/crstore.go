@@ -70,6 +70,14 @@ func triggersOf(crs []*v1alpha1.Trigger, ns string) []*triggers.Trigger {
 	return out
 }
 
+// KeyOf returns the key of name in Kubernetes namespace k8sNS, with the
+// API namespace of the store's namespace k8sNS (the key of a Trigger
+// there, or of another object of the store's namespaces), and false when
+// k8sNS is none of the store's.
+func (s *Triggers) KeyOf(ctx context.Context, k8sNS, name string) (triggers.Key, bool, error) {
+	return s.s.KeyOf(ctx, k8sNS, name)
+}
+
 // Create implements triggers.Store.
 func (s *Triggers) Create(ctx context.Context, t *triggers.Trigger) (*triggers.Trigger, error) {
 	cr := crconv.TriggerToCR(t)
@@ -152,6 +160,14 @@ func jobsOf(crs []*v1alpha1.FunctionJob, ns string) []*triggers.Job {
 		out[i] = crconv.JobFromCR(cr, ns)
 	}
 	return out
+}
+
+// KeyOf returns the key of name in Kubernetes namespace k8sNS, with the
+// API namespace of the store's namespace k8sNS (the key of a FunctionJob
+// there, or of another object of the store's namespaces), and false when
+// k8sNS is none of the store's.
+func (s *Jobs) KeyOf(ctx context.Context, k8sNS, name string) (triggers.Key, bool, error) {
+	return s.s.KeyOf(ctx, k8sNS, name)
 }
 
 // Create implements triggers.JobStore.

@@ -47,6 +47,7 @@ var Module = fx.Module("triggers",
 		fx.Annotate(triggers.NewTypes, fx.ParamTags(triggers.TypesGroup)),
 		control.NewGate,
 		func(g *control.Gate) invoke.Exposure { return g },
+		newRunners,
 		func(s triggers.Store) functions.Suspension { return reconcile.NewSuspension(s) },
 		httpx.AsRoutes(trapi.New),
 	),
@@ -82,20 +83,29 @@ var WorkQueue = fx.Module("triggers-reconcilers",
 
 var logger = fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "triggers") })
 
-// controllers drive the module's reconcilers; they are started and stopped
-// in order with the runners.
+// controllers drive the module's reconcilers in the embedded mode.
 type controllers struct {
 	triggers, jobs *controller.Controller[triggers.Key]
 	dependents     *control.Dependents
 }
 
-type params struct {
+// Runners run triggers and jobs in this process, whichever driver
+// reconciles them (the work queues of WorkQueue, or controller-runtime in
+// the cluster mode's leader): Local applies triggers (the gate of /fn, the
+// cron and rabbitmq runners, the keeper of their status) and Jobs runs
+// jobs. Their lifecycle hooks start before the driver's and stop after it:
+// the runs in flight finish, then the statuses they changed are written.
+type Runners struct {
+	Local *control.Local
+	// Jobs is the job reconciler; its driver sets its Enqueue.
+	Jobs *control.JobReconciler
+}
+
+type runnerParams struct {
 	fx.In
 	LC        fx.Lifecycle
-	Config    Config
 	Triggers  triggers.Store
 	Jobs      triggers.JobStore
-	Functions functions.Store
 	Notifier  functions.ChangeNotifier
 	Invoker   invoke.Invoker
 	Ledger    invoke.Ledger
@@ -105,7 +115,7 @@ type params struct {
 	Log       *slog.Logger
 }
 
-func newControllers(p params) (*controllers, error) {
+func newRunners(p runnerParams) (*Runners, error) {
 	keeper := control.NewStatusKeeper(p.Triggers, p.Log)
 	if err := p.Registry.Register(keeper); err != nil {
 		return nil, err
@@ -113,28 +123,48 @@ func newControllers(p params) (*controllers, error) {
 	cronRunner := cron.New(p.Invoker, p.Instances, keeper, p.Log)
 	rabbitRunner := rabbitmq.New(p.Invoker, keeper, p.Log)
 	runners := map[string]triggers.Runner{triggers.TypeCron: cronRunner, triggers.TypeRabbitMQ: rabbitRunner}
-	local := control.NewLocal(p.Triggers, runners, p.Gate, keeper, p.Notifier, p.Log)
-	trRec := reconcile.New(p.Triggers, p.Functions, local)
-	jobRec := control.NewJobReconciler(p.Jobs, p.Invoker, p.Ledger, p.Log)
+	r := &Runners{
+		Local: control.NewLocal(p.Triggers, runners, p.Gate, keeper, p.Notifier, p.Log),
+		Jobs:  control.NewJobReconciler(p.Jobs, p.Invoker, p.Ledger, p.Log),
+	}
+	p.LC.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			return errors.Join(keeper.Start(ctx), r.Local.LoadGate(ctx), r.Jobs.Start(ctx))
+		},
+		OnStop: func(ctx context.Context) error {
+			return errors.Join(cronRunner.Stop(ctx), rabbitRunner.Stop(ctx), r.Jobs.Stop(ctx), keeper.Stop(ctx))
+		},
+	})
+	return r, nil
+}
+
+type params struct {
+	fx.In
+	LC        fx.Lifecycle
+	Config    Config
+	Triggers  triggers.Store
+	Jobs      triggers.JobStore
+	Functions functions.Store
+	Runners   *Runners
+	Log       *slog.Logger
+}
+
+func newControllers(p params) *controllers {
+	trRec := reconcile.New(p.Triggers, p.Functions, p.Runners.Local)
+	jobRec := p.Runners.Jobs
 	c := &controllers{
 		triggers: controller.New("triggers", trRec.Reconcile, p.Triggers.Keys, p.Config.Workers, p.Log),
 		jobs:     controller.New("jobs", jobRec.Reconcile, p.Jobs.Keys, p.Config.Workers, p.Log),
 	}
 	jobRec.Enqueue = c.jobs.Enqueue
-	c.dependents = control.NewDependents(p.Triggers, p.Jobs, local, c.triggers.Enqueue, c.jobs.Enqueue)
+	c.dependents = control.NewDependents(p.Triggers, p.Jobs, p.Runners.Local.Remove, c.triggers.Enqueue, c.jobs.Enqueue)
+	// Stop taking work before the runners stop (their hook runs after
+	// this one on stop).
 	p.LC.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
-			return errors.Join(keeper.Start(ctx), local.LoadGate(ctx), jobRec.Start(ctx),
-				c.triggers.Start(ctx), c.jobs.Start(ctx))
-		},
-		// Stop taking work, let the runs in flight finish, then write the
-		// statuses they changed.
-		OnStop: func(ctx context.Context) error {
-			return errors.Join(c.triggers.Stop(ctx), c.jobs.Stop(ctx),
-				cronRunner.Stop(ctx), rabbitRunner.Stop(ctx), jobRec.Stop(ctx), keeper.Stop(ctx))
-		},
+		OnStart: func(ctx context.Context) error { return errors.Join(c.triggers.Start(ctx), c.jobs.Start(ctx)) },
+		OnStop:  func(ctx context.Context) error { return errors.Join(c.triggers.Stop(ctx), c.jobs.Stop(ctx)) },
 	})
-	return c, nil
+	return c
 }
 
 // asType adds the trigger type that ctor returns to triggers.TypesGroup.
