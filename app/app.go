@@ -40,10 +40,10 @@ import (
 // StopTimeout bounds a graceful shutdown: draining requests and builds.
 const StopTimeout = 30 * time.Second
 
-// Options returns the fx options of the embedded-mode server for a validated
+// Options returns the fx options of the server of c's mode for a validated
 // configuration whose API token is known. plugins are added as they are.
 func Options(c Config, token string, log *slog.Logger, plugins ...fx.Option) fx.Option {
-	return options(embedded, c, token, log, plugins...)
+	return options(modeOf(c), c, token, log, plugins...)
 }
 
 // options returns the fx options of a server of mode m: the modules, and
@@ -237,7 +237,7 @@ func Run(c Config, log *slog.Logger, plugins ...fx.Option) error {
 	if err := application.Start(startCtx); err != nil {
 		return err
 	}
-	log.Info("sless is running", "listen", c.Listen, "data_dir", c.DataDir, "server_cpus", goruntime.GOMAXPROCS(0))
+	log.Info("sless is running", "mode", c.Mode, "listen", c.Listen, "data_dir", c.DataDir, "server_cpus", goruntime.GOMAXPROCS(0))
 	<-ctx.Done()
 	log.Info("stopping", "signal", context.Cause(ctx).Error())
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), StopTimeout)

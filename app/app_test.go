@@ -19,11 +19,14 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"sless.kube5s.ru/sless/internal/discovery"
-	"sless.kube5s.ru/sless/modules/functions"
-	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/server"
-	"sless.kube5s.ru/sless/modules/triggers"
 )
+
+// kubernetesArgs are the settings the kubernetes mode needs besides
+// --mode: what every replica shares.
+var kubernetesArgs = []string{"--mode", "kubernetes", "--database-url", "postgres://sless@127.0.0.1:1/sless",
+	"--blob-url", "s3://code?endpoint=127.0.0.1:1&insecure=true", "--s3-access-key", "k", "--s3-secret-key", "s",
+	"--api-token", "token-token-token-1", "--image-repository", "127.0.0.1:5000/sless/functions"}
 
 func testConfig(t *testing.T, args ...string) Config {
 	t.Helper()
@@ -46,44 +49,6 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 func TestEmbeddedGraph(t *testing.T) {
 	if err := fx.ValidateApp(Options(testConfig(t), "token-token-token-1", discard)); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestClusterGraph validates the fx graph of the cluster mode, whose
-// members are still stubs: every module finds what it needs in either mode.
-// The stubs refuse to start, saying what is missing.
-func TestClusterGraph(t *testing.T) {
-	cfg := testConfig(t, "--image-repository", "127.0.0.1:5000/sless/functions")
-	if err := fx.ValidateApp(options(cluster, cfg, "token-token-token-1", discard)); err != nil {
-		t.Fatal(err)
-	}
-	app := fx.New(options(cluster, cfg, "token-token-token-1", discard), fx.NopLogger)
-	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "is not built yet: the cluster mode cannot start") {
-		t.Errorf("starting the cluster mode: %v; want a refusal naming what is not built", err)
-	}
-	// Each contract the cluster mode implements differently is a stub of
-	// its own, not the embedded implementation. Its builders, crane and
-	// kaniko, are built (TestClusterModeBuildsWithCrane,
-	// TestClusterModeBuildsWithKaniko).
-	impl := implementations(cfg, "token-token-token-1", choose(cluster, ""))
-	for _, c := range []struct {
-		contract string
-		target   any
-		what     string
-	}{
-		{"functions.Store", new(functions.Store), "the store of functions as custom resources"},
-		{"functions.ChangeNotifier", new(functions.ChangeNotifier), "the controller-runtime driver of the function reconciler"},
-		{"triggers.Store", new(triggers.Store), "the store of triggers as custom resources"},
-		{"triggers.JobStore", new(triggers.JobStore), "the store of function jobs as custom resources"},
-		{"triggers.ChangeNotifier", new(triggers.ChangeNotifier), "the controller-runtime driver of the trigger and job reconcilers"},
-		{"functions.Dependents", new(functions.Dependents), "the deletion of a function's triggers and jobs as custom resources"},
-		{"runtime.Deployer", new(runtime.Deployer), "the Kubernetes executor"},
-		{"runtime.Instances", new(runtime.Instances), "the Kubernetes executor"},
-	} {
-		err := fx.New(impl, fx.NopLogger, fx.Populate(c.target)).Err()
-		if want := c.what + " is not built yet"; err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s in the cluster mode: %v; want %q", c.contract, err, want)
-		}
 	}
 }
 

@@ -21,3 +21,11 @@ func errNotBuilt(what string) error {
 
 // kanikoBuilder refuses: the kaniko builder is the cluster build's.
 func kanikoBuilder(Config) fx.Option { return fx.Error(errNotBuilt("the kaniko builder")) }
+
+// clusterOptions refuse: the kubernetes mode is the cluster build's.
+func clusterOptions(Config) fx.Option {
+	return fx.Error(errNotBuilt("the kubernetes mode (--mode kubernetes)"))
+}
+
+// kubeExecutor refuses: the Kubernetes executor is the cluster build's.
+func kubeExecutor(Config) fx.Option { return fx.Error(errNotBuilt("the Kubernetes executor")) }

@@ -65,6 +65,16 @@ func TestKanikoNeedsS3(t *testing.T) {
 	}
 }
 
+// TestClusterGraph validates the fx graph of the kubernetes mode without
+// running any constructor: every module finds what it needs in either
+// mode, and the contracts the mode implements differently are its own.
+func TestClusterGraph(t *testing.T) {
+	cfg := testConfig(t, kubernetesArgs...)
+	if err := fx.ValidateApp(Options(cfg, cfg.APIToken, discard)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // writeKubeconfig points KUBECONFIG at an API server that is not there.
 func writeKubeconfig(t *testing.T) {
 	t.Helper()

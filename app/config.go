@@ -34,6 +34,29 @@ const EnvPrefix = "SLESS_"
 // given as a flag (--data-dir), an environment variable (SLESS_DATA_DIR) or a
 // key of the config file (data-dir: ...), in that order of precedence.
 type Config struct {
+	// Mode is embedded (default: desired state in the database, local
+	// builds and instances) or kubernetes (custom resources, controllers
+	// in the elected leader, image builds, Deployments; the cluster build
+	// only).
+	Mode string
+	// Kubeconfig is the kubeconfig of the kubernetes mode's API server;
+	// default: KUBECONFIG, else ~/.kube/config, else the cluster the server
+	// runs in.
+	Kubeconfig string
+	// LeaderElect elects one replica of the kubernetes mode to run the
+	// controllers and trigger runners; default true (false for a single
+	// replica only).
+	LeaderElect bool
+	// LeaderElectionNamespace holds the leader election's Lease; default:
+	// the namespace of the server's pod.
+	LeaderElectionNamespace string
+	// PublicURL is the server's address as users reach it; with it the
+	// kubernetes mode writes every function's /fn URL into its Function's
+	// status. Default none.
+	PublicURL string
+	// InstanceRuntimeClass runs the kubernetes mode's function pods with
+	// this RuntimeClass (gVisor, Kata); default none, the cluster's default.
+	InstanceRuntimeClass string
 	// Listen is the API and /fn address; default 127.0.0.1:8080.
 	Listen string
 	// DataDir holds the database, blobs, artifacts and the generated token;
@@ -171,6 +194,12 @@ type setting struct {
 
 // settings lists every setting; the README's table follows this list.
 var settings = []setting{
+	{name: "mode", usage: "embedded (desired state in the database, local builds and instances) or kubernetes (custom resources, controllers in the elected leader, image builds, Deployments; the cluster build only)"},
+	{name: "kubeconfig", usage: "kubeconfig of the kubernetes mode's API server (default: KUBECONFIG, else ~/.kube/config, else the cluster the server runs in)"},
+	{name: "leader-elect", usage: "in the kubernetes mode, elect one replica to run the controllers and trigger runners (false: for a single replica only)"},
+	{name: "leader-election-namespace", usage: "namespace of the kubernetes mode's leader election Lease (default: the server's pod's)"},
+	{name: "public-url", usage: "the server's address as users reach it, such as https://sless.example.com; the kubernetes mode shows each function's /fn URL in its Function's status (default: none)"},
+	{name: "instance-runtime-class", usage: "RuntimeClass of the kubernetes mode's function pods, such as gvisor (default: none, the cluster's default runtime)"},
 	{name: "listen", usage: "address of the API and of /fn"},
 	{name: "data-dir", usage: "directory of the database, blobs, artifacts and generated token (default $XDG_DATA_HOME/sless, else ~/.local/share/sless)"},
 	{name: "api-token", usage: "bearer token of the API (default: generated on first start into <data-dir>/api-token)", secret: true},
@@ -227,7 +256,7 @@ var settings = []setting{
 // --config for the config file.
 func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	lim := safezip.DefaultLimits()
-	*cfg = Config{Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
+	*cfg = Config{Mode: "embedded", LeaderElect: true, Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
 		ImagePlatform: "linux/amd64", KanikoNamespace: "sless-builds", KanikoImage: kanikosettings.DefaultImage,
 		KanikoFetchImage: kanikosettings.DefaultFetchImage, KanikoCPU: kanikosettings.DefaultCPU, KanikoMemory: kanikosettings.DefaultMemory, JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
@@ -236,7 +265,10 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 		TraceSampleRatio: 1, MetricsPushInterval: 15 * time.Second}
 	fs.String("config", "", "YAML file of settings, keyed by flag name (env SLESS_CONFIG)")
 	vars := map[string]any{
-		"listen": &cfg.Listen, "data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
+		"mode": &cfg.Mode, "kubeconfig": &cfg.Kubeconfig, "leader-elect": &cfg.LeaderElect,
+		"leader-election-namespace": &cfg.LeaderElectionNamespace, "public-url": &cfg.PublicURL,
+		"instance-runtime-class": &cfg.InstanceRuntimeClass, "listen": &cfg.Listen,
+		"data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
 		"database-url": &cfg.DatabaseURL, "blob-url": &cfg.BlobURL,
 		"s3-access-key": &cfg.S3AccessKey, "s3-secret-key": &cfg.S3SecretKey,
 		"log-level": &cfg.LogLevel, "log-format": &cfg.LogFormat,
@@ -384,6 +416,24 @@ func (c *Config) validate() error {
 	bad := func(setting, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s (%s): %s", setting, envName(setting), fmt.Sprintf(format, args...)))
 	}
+	if !slices.Contains([]string{"embedded", "kubernetes"}, c.Mode) {
+		bad("mode", "%q is not one of embedded, kubernetes", c.Mode)
+	}
+	if c.LeaderElectionNamespace != "" {
+		if errs := k8svalidation.IsDNS1123Label(c.LeaderElectionNamespace); len(errs) > 0 {
+			bad("leader-election-namespace", "%q is not a namespace name: %s", c.LeaderElectionNamespace, strings.Join(errs, "; "))
+		}
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			bad("public-url", "%q is not an http:// or https:// address such as https://sless.example.com", c.PublicURL)
+		}
+	}
+	if c.InstanceRuntimeClass != "" {
+		if errs := k8svalidation.IsDNS1123Subdomain(c.InstanceRuntimeClass); len(errs) > 0 {
+			bad("instance-runtime-class", "%q is not a RuntimeClass name: %s", c.InstanceRuntimeClass, strings.Join(errs, "; "))
+		}
+	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "%q is not a host:port address", c.Listen)
 	}
@@ -415,6 +465,19 @@ func (c *Config) validate() error {
 	}
 	if _, err := parseBlobURL(c); err != nil {
 		bad("blob-url", "%v", err)
+	}
+	if c.Mode == "kubernetes" {
+		// Every replica serves the API and /fn: what they record and keep
+		// must be shared.
+		if d, _, _ := sqldb.ParseURL(c.DatabaseURL); d != sqldb.Postgres {
+			bad("database-url", "the kubernetes mode keeps invocations in PostgreSQL, which every replica shares: give a postgres:// URL")
+		}
+		if spec, err := parseBlobURL(c); err == nil && spec.s3 == nil {
+			bad("blob-url", "the kubernetes mode keeps code in S3, which every replica and the builds share: give an s3:// URL")
+		}
+		if c.APIToken == "" && c.AuthWebhookURL == "" {
+			bad("api-token", "the kubernetes mode needs a token that every replica shares (or an auth webhook): a generated one would be each replica's own")
+		}
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)

@@ -127,3 +127,36 @@ func TestServerCPUs(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesModeSettings: the kubernetes mode's replicas share their
+// database, blob store and token, so it refuses the embedded defaults,
+// naming each setting; its own settings are checked too.
+func TestKubernetesModeSettings(t *testing.T) {
+	_, err := resolve(t, []string{"--mode", "kubernetes", "--data-dir", t.TempDir()}, nil)
+	for _, want := range []string{
+		"database-url (SLESS_DATABASE_URL): the kubernetes mode keeps invocations in PostgreSQL",
+		"blob-url (SLESS_BLOB_URL): the kubernetes mode keeps code in S3",
+		"api-token (SLESS_API_TOKEN): the kubernetes mode needs a token that every replica shares",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("kubernetes mode with the embedded defaults: %v; want %q", err, want)
+		}
+	}
+	cfg, err := resolve(t, append([]string{"--data-dir", t.TempDir()}, kubernetesArgs...), nil)
+	if err != nil {
+		t.Fatalf("kubernetes mode with shared services: %v", err)
+	}
+	if !cfg.LeaderElect || cfg.LeaderElectionNamespace != "" {
+		t.Errorf("leader election: %v in %q; want on, in the pod's namespace", cfg.LeaderElect, cfg.LeaderElectionNamespace)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--mode=cluster", `mode (SLESS_MODE): "cluster" is not one of embedded, kubernetes`},
+		{"--leader-election-namespace=Sless", "leader-election-namespace (SLESS_LEADER_ELECTION_NAMESPACE)"},
+		{"--instance-runtime-class=g_visor", "instance-runtime-class (SLESS_INSTANCE_RUNTIME_CLASS)"},
+		{"--public-url=sless.example.com", "public-url (SLESS_PUBLIC_URL)"},
+	} {
+		if _, err := resolve(t, []string{"--data-dir", t.TempDir(), c.args}, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want %q", c.args, err, c.want)
+		}
+	}
+}

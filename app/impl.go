@@ -11,7 +11,6 @@ import (
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/crane"
 	buildlocal "sless.kube5s.ru/sless/modules/build/local"
-	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/functions/functionsfx"
 	"sless.kube5s.ru/sless/modules/invoke/invokefx"
 	"sless.kube5s.ru/sless/modules/runtime"
@@ -20,14 +19,11 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/python"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/storage"
-	"sless.kube5s.ru/sless/modules/triggers"
 	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
 )
 
 // mode is where a server keeps the desired state and how it drives the
-// reconcilers. Only the embedded mode is built; the cluster mode's members
-// are stubs that refuse to start, so that its graph is checked as the
-// modules change (TestClusterGraph).
+// reconcilers.
 type mode string
 
 const (
@@ -35,9 +31,18 @@ const (
 	// and instances.
 	embedded mode = "embedded"
 	// cluster: custom resources, controller-runtime, image builds,
-	// Deployments. Not built yet.
+	// Deployments (--mode kubernetes); the cluster build only
+	// (cluster.go).
 	cluster mode = "cluster"
 )
+
+// modeOf returns the mode c asks for.
+func modeOf(c Config) mode {
+	if c.Mode == "kubernetes" {
+		return cluster
+	}
+	return embedded
+}
 
 // choices names the implementation of each contract that a server is made
 // of. Every contract is picked in one switch below, from these names; no
@@ -68,7 +73,7 @@ func choose(m mode, builder string) choices {
 // implementations returns the options that provide ch's implementations.
 func implementations(c Config, token string, ch choices) fx.Option {
 	return fx.Options(
-		modeOptions(ch.mode),
+		modeOptions(c, ch.mode),
 		builderOptions(c, ch),
 		executorOptions(c, ch.executor),
 		fx.Provide(func(lc fx.Lifecycle) (storage.Blobs, error) { return newBlobs(lc, c) }),
@@ -79,21 +84,14 @@ func implementations(c Config, token string, ch choices) fx.Option {
 // modeOptions provide the stores of desired state (functions, triggers,
 // jobs), the drivers of their reconcilers (which are the ChangeNotifiers,
 // and, for triggers, the functions.Dependents) and the invocation ledger.
-func modeOptions(m mode) fx.Option {
+func modeOptions(c Config, m mode) fx.Option {
 	switch m {
 	case embedded:
 		return fx.Options(functionsfx.SQLStore, functionsfx.WorkQueue, triggersfx.SQLStore, triggersfx.WorkQueue,
 			invokefx.SQLLedger)
 	case cluster:
 		// Invocations go to PostgreSQL through the same ledger.
-		return fx.Options(invokefx.SQLLedger, fx.Provide(
-			notBuilt[functions.Store]("the store of functions as custom resources"),
-			notBuilt[functions.ChangeNotifier]("the controller-runtime driver of the function reconciler"),
-			notBuilt[triggers.Store]("the store of triggers as custom resources"),
-			notBuilt[triggers.JobStore]("the store of function jobs as custom resources"),
-			notBuilt[triggers.ChangeNotifier]("the controller-runtime driver of the trigger and job reconcilers"),
-			notBuilt[functions.Dependents]("the deletion of a function's triggers and jobs as custom resources"),
-		))
+		return fx.Options(invokefx.SQLLedger, clusterOptions(c))
 	}
 	return fx.Error(fmt.Errorf("unknown mode %q", m))
 }
@@ -172,10 +170,7 @@ func executorOptions(c Config, name string) fx.Option {
 			),
 		)
 	case "kube":
-		return fx.Provide(
-			notBuilt[runtime.Deployer]("the Kubernetes executor"),
-			notBuilt[runtime.Instances]("the Kubernetes executor"),
-		)
+		return kubeExecutor(c)
 	}
 	return fx.Error(fmt.Errorf("unknown executor %q", name))
 }
@@ -254,15 +249,6 @@ func newConfiner(sb *sandbox.Sandbox) runtime.Confiner {
 		return nil
 	}
 	return sb
-}
-
-// notBuilt returns a constructor of T that refuses to start, saying what is
-// missing.
-func notBuilt[T any](what string) func() (T, error) {
-	return func() (T, error) {
-		var zero T
-		return zero, fmt.Errorf("%s is not built yet: the cluster mode cannot start", what)
-	}
 }
 
 // NewImageBuilder returns a crane builder of the built-in runtimes for a
