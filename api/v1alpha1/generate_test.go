@@ -17,7 +17,7 @@ import (
 func generated(t *testing.T, root string) []string {
 	t.Helper()
 	var files []string
-	for _, pattern := range []string{"api/*/zz_generated.*.go", "deploy/base/crds/*.yaml"} {
+	for _, pattern := range []string{"api/*/zz_generated.*.go", "deploy/base/crds/*.yaml", "deploy/base/rbac/role.yaml"} {
 		matches, err := filepath.Glob(filepath.Join(root, pattern))
 		if err != nil {
 			t.Fatal(err)
@@ -58,8 +58,8 @@ func copyTree(t *testing.T, src, dst, dir string) {
 }
 
 // TestGeneratedFilesAreCurrent runs hack/generate.sh on a copy of the API
-// types and fails when the committed deepcopy code or CRDs differ from what
-// it generates.
+// types and fails when the committed deepcopy code, CRDs or ClusterRole
+// differ from what it generates.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs controller-gen: seconds, and a minute to build it the first time")
@@ -77,8 +77,10 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	}
 	copyTree(t, root, tmp, "hack")
 	copyTree(t, root, tmp, "api")
-	if err := os.MkdirAll(filepath.Join(tmp, "deploy/base/crds"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, dir := range []string{"deploy/base/crds", "deploy/base/rbac"} {
+		if err := os.MkdirAll(filepath.Join(tmp, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cmd := exec.Command(filepath.Join(tmp, "hack", "generate.sh"))
 	cmd.Dir = tmp
