@@ -1,0 +1,233 @@
+//go:build cluster
+
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"sless.kube5s.ru/sless/api/v1alpha1"
+	"sless.kube5s.ru/sless/client"
+	"sless.kube5s.ru/sless/internal/names"
+	"sless.kube5s.ru/sless/internal/testenv"
+	"sless.kube5s.ru/sless/internal/testenv/kubeenv"
+	"sless.kube5s.ru/sless/modules/build/crane/cranetest"
+	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/runtime/python"
+	"sless.kube5s.ru/sless/modules/server"
+	"sless.kube5s.ru/sless/modules/triggers"
+	"sless.kube5s.ru/sless/runtimes"
+)
+
+func TestMain(m *testing.M) { os.Exit(kubeenv.Main(m)) }
+
+// writeEnvKubeconfig writes a kubeconfig of env's API server and returns
+// its path.
+func writeEnvKubeconfig(t *testing.T, env *kubeenv.Env) string {
+	t.Helper()
+	cfg := env.Config
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestKubernetesModeEndToEnd runs the server in the kubernetes mode against
+// a real API server, PostgreSQL, an S3 server and a registry, and drives it
+// with the client the CLI and the embedded mode's end-to-end tests use: the
+// REST calls that deploy a function make its custom resources and its
+// Deployment, it reports Ready once the Deployment is available (this API
+// server has no kubelet: the test writes the Deployment's status), kubectl
+// sees the phase and URL, /fn answers 503 while it cannot route to pods and
+// 404 once the last http trigger is disabled (the Deployment scaled to zero
+// in place), and deleting it removes its triggers, its Deployment and then
+// its Function.
+func TestKubernetesModeEndToEnd(t *testing.T) {
+	env := kubeenv.Start(t)
+	dbURL := testenv.Postgres(t)
+	s3 := testenv.S3(t)
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	host := strings.TrimPrefix(reg.URL, "http://")
+	py := python.New()
+	if err := cranetest.PushBase(host+"/"+py.BaseImage(), py.ImageLayout(), runtimes.PythonServer); err != nil {
+		t.Fatal(err)
+	}
+	ns := "e2e-" + strings.ToLower(rand.Text()[:10]) // an API namespace of this test's own
+	cfg := testConfig(t, "--mode", "kubernetes", "--kubeconfig", writeEnvKubeconfig(t, env), "--leader-elect=false",
+		"--database-url", dbURL, "--blob-url", s3.NewBucketURL(), "--s3-access-key", s3.AccessKey, "--s3-secret-key", s3.SecretKey,
+		"--api-token", "token-token-token-1", "--image-repository", host+"/sless/functions",
+		"--public-url", "https://sless.example.com")
+	token, lock, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Unlock()
+	var srv *server.Server
+	application := fxtest.New(t, Options(cfg, token, discard), fx.Populate(&srv))
+	application.RequireStart()
+	defer application.RequireStop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := client.Resolve("http://"+srv.Addr().String(), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := c.CreateFunction(ctx, &functions.Function{Name: "hello", Namespace: ns,
+		Spec: functions.Spec{Runtime: "python3.11", Env: map[string]string{"GREETING": "hi"}}})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if _, err := c.CreateTrigger(ctx, &triggers.Trigger{Name: "hello", Namespace: ns,
+		Spec: triggers.Spec{Function: "hello", Type: triggers.TypeHTTP}}); err != nil {
+		t.Fatalf("create the http trigger: %v", err)
+	}
+	code, err := cranetest.Zip(map[string]string{"handler.py": "def handle(event, context):\n    return {'message': 'hello'}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err = c.UploadCode(ctx, ns, "hello", code)
+	if err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+
+	// The build (crane, into the registry) ends in a Deployment of its
+	// image, which this API server never makes available by itself.
+	kube := env.Client
+	depName := types.NamespacedName{Namespace: names.Namespace(ns), Name: names.Deployment("hello")}
+	var dep appsv1.Deployment
+	waitFor(t, ctx, "the function's Deployment", func() error { return kube.Get(ctx, depName, &dep) })
+	if img := dep.Spec.Template.Spec.Containers[0].Image; !strings.HasPrefix(img, host+"/sless/functions@sha256:") {
+		t.Errorf("the Deployment runs %s; want an image of %s/sless/functions pinned by digest", img, host)
+	}
+	got, err := c.GetFunction(ctx, ns, "hello")
+	if err != nil || got.Status.Phase == functions.PhaseReady {
+		t.Fatalf("before the Deployment is available: %+v, %v; want not Ready", got, err)
+	}
+	setAvailable(t, ctx, env, depName)
+	fn, err = c.WaitSettled(ctx, ns, "hello", fn.Generation, nil)
+	if err != nil || fn.Status.Phase != functions.PhaseReady {
+		t.Fatalf("settled: %+v, %v; want Ready", fn, err)
+	}
+
+	// What kubectl get functions shows.
+	var cr v1alpha1.Function
+	if err := kube.Get(ctx, types.NamespacedName{Namespace: names.Namespace(ns), Name: "hello"}, &cr); err != nil {
+		t.Fatal(err)
+	}
+	if cr.Status.Phase != "Ready" || cr.Status.URL != "https://sless.example.com/fn/"+ns+"/hello" {
+		t.Errorf("the Function's status: phase %q, URL %q", cr.Status.Phase, cr.Status.URL)
+	}
+
+	// /fn: exposed, but no data plane yet.
+	status, body := get(t, c.InvokeURL(ns, "hello"))
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "not available in this mode yet") {
+		t.Errorf("/fn of a Ready function: %d %s; want 503 saying it is not available in this mode yet", status, body)
+	}
+	tr, err := c.GetTrigger(ctx, ns, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Enabled = ptr.To(false)
+	if _, err := c.UpdateTrigger(ctx, tr); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "/fn 404 after the trigger is disabled", func() error {
+		if status, body := get(t, c.InvokeURL(ns, "hello")); status != http.StatusNotFound {
+			return fmt.Errorf("%d %s", status, body)
+		}
+		return nil
+	})
+	waitFor(t, ctx, "the Deployment scaled to zero", func() error {
+		if err := kube.Get(ctx, depName, &dep); err != nil {
+			return err
+		}
+		if n := ptr.Deref(dep.Spec.Replicas, -1); n != 0 {
+			return fmt.Errorf("%d replicas", n)
+		}
+		return nil
+	})
+
+	del, err := c.DeleteFunction(ctx, ns, "hello")
+	if err != nil || len(del.Deleted["triggers"]) != 1 {
+		t.Fatalf("delete: %+v, %v; want its trigger deleted with it", del, err)
+	}
+	waitFor(t, ctx, "the function gone", func() error {
+		if _, err := c.GetFunction(ctx, ns, "hello"); !client.IsNotFound(err) {
+			return fmt.Errorf("get: %v", err)
+		}
+		return nil
+	})
+	if err := kube.Get(ctx, depName, &dep); !apierrors.IsNotFound(err) {
+		t.Errorf("the Deployment after the function is gone: %v; want it deleted", err)
+	}
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() error) {
+	t.Helper()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: still %v", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// setAvailable writes the status of a Deployment whose pods all run its
+// current spec, as the Deployment controller would.
+func setAvailable(t *testing.T, ctx context.Context, env *kubeenv.Env, name types.NamespacedName) {
+	t.Helper()
+	waitFor(t, ctx, "writing the Deployment's status", func() error {
+		var d appsv1.Deployment
+		if err := env.Client.Get(ctx, name, &d); err != nil {
+			return err
+		}
+		n := ptr.Deref(d.Spec.Replicas, 1)
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n,
+			ReadyReplicas: n, AvailableReplicas: n}
+		return env.Client.Status().Update(ctx, &d)
+	})
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
