@@ -79,14 +79,13 @@ func ExistenceChanged[O client.Object]() predicate.TypedPredicate[O] {
 // object's generation (its spec) or start its deletion, and not the
 // updates of its status alone, which the reconciler itself writes.
 func SpecChanged[O client.Object]() predicate.TypedPredicate[O] {
-	return predicate.Or[O](predicate.TypedGenerationChangedPredicate[O]{}, predicate.TypedFuncs[O]{
-		CreateFunc:  func(event.TypedCreateEvent[O]) bool { return false },
-		DeleteFunc:  func(event.TypedDeleteEvent[O]) bool { return false },
+	return predicate.TypedFuncs[O]{
 		GenericFunc: func(event.TypedGenericEvent[O]) bool { return false },
 		UpdateFunc: func(e event.TypedUpdateEvent[O]) bool {
-			return e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
+			return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration() ||
+				(e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil)
 		},
-	})
+	}
 }
 
 // Options configure a Driver.
