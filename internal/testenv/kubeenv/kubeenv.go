@@ -10,9 +10,10 @@
 // ends without stopping it (a panic, a timeout).
 //
 // The binaries are the ones `hack/tools.sh envtest` builds (KUBEBUILDER_ASSETS
-// names another directory of them). When they are missing, or the server
-// does not start, Start ends the test with testenv.Unavailable: a skip, or
-// a failure with SLESS_REQUIRE_SERVICES=1.
+// names another directory of them); with SLESS_REQUIRE_SERVICES=1 the first
+// Start builds them when they are missing. When they are missing, or the
+// server does not start, Start ends the test with testenv.Unavailable: a
+// skip, or a failure with SLESS_REQUIRE_SERVICES=1.
 //
 // It is a package of its own, apart from testenv, so that only the tests
 // that use an API server link the Kubernetes libraries.
@@ -105,7 +106,7 @@ func Start(t testing.TB) *Env {
 	}
 	if !shared.started {
 		shared.started = true
-		shared.env, shared.srv, shared.err = start()
+		shared.env, shared.srv, shared.err = start(testenv.Required(t))
 	}
 	if shared.err != nil {
 		testenv.Unavailable(t, "Kubernetes API server: %v", shared.err)
@@ -113,15 +114,17 @@ func Start(t testing.TB) *Env {
 	return shared.env
 }
 
-// start finds the binaries and the CRDs and starts the server.
-func start() (_ *Env, _ *server, err error) {
+// start finds the binaries and the CRDs and starts the server. With build,
+// missing binaries are built first (minutes, once per machine), as
+// SLESS_REQUIRE_SERVICES asks.
+func start(build bool) (_ *Env, _ *server, err error) {
 	root, err := testenv.FindRepoRoot()
 	if err != nil {
 		return nil, nil, err
 	}
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
-		if assets, err = testenv.Tool(root, "envtest", false); err != nil {
+		if assets, err = testenv.Tool(root, "envtest", build); err != nil {
 			return nil, nil, fmt.Errorf("kube-apiserver and etcd: %w", err)
 		}
 	}

@@ -54,7 +54,7 @@ func TestStartServesTheCRDs(t *testing.T) {
 // names the command that builds them.
 func TestMissingBinariesAreNamed(t *testing.T) {
 	t.Setenv("KUBEBUILDER_ASSETS", t.TempDir())
-	_, _, err := start()
+	_, _, err := start(false)
 	if err == nil || !strings.Contains(err.Error(), "kube-apiserver") {
 		t.Errorf("start with no binaries: %v; want an error naming kube-apiserver", err)
 	}
