@@ -20,11 +20,15 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.kube5s.ru/sless/api/v1alpha1"
 	"sless.kube5s.ru/sless/client"
@@ -32,6 +36,7 @@ import (
 	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/internal/testenv/kubeenv"
 	"sless.kube5s.ru/sless/modules/build/crane/cranetest"
+	"sless.kube5s.ru/sless/modules/build/kaniko"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/runtime/python"
 	"sless.kube5s.ru/sless/modules/server"
@@ -230,4 +235,183 @@ func get(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestKubernetesModeBuildsWithKaniko runs the kubernetes mode with the
+// kaniko builder: each upload becomes a build Job whose outcome, read from
+// the Job's and its pod's status (written here as the Job controller and
+// the kubelet would), is the function's: a digest rolls out, kaniko's log
+// tail is the build log of a failure, and a pod that never starts fails
+// the build at the build timeout; a failed build keeps the last good image.
+func TestKubernetesModeBuildsWithKaniko(t *testing.T) {
+	env := kubeenv.Start(t)
+	dbURL := testenv.Postgres(t)
+	s3 := testenv.S3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kube := env.Client
+	builds := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "builds-" + strings.ToLower(rand.Text()[:8]),
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}
+	if err := kube.Create(ctx, builds); err != nil {
+		t.Fatal(err)
+	}
+	const repo = "registry.example.com/sless/functions"
+	ns := "e2e-" + strings.ToLower(rand.Text()[:10])
+	cfg := testConfig(t, "--mode", "kubernetes", "--kubeconfig", writeEnvKubeconfig(t, env), "--leader-elect=false",
+		"--database-url", dbURL, "--blob-url", s3.NewBucketURL(), "--s3-access-key", s3.AccessKey, "--s3-secret-key", s3.SecretKey,
+		"--api-token", "token-token-token-1", "--builder", "kaniko", "--image-repository", repo,
+		"--kaniko-namespace", builds.Name, "--build-timeout", "4s")
+	token, lock, err := Prepare(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Unlock()
+	var srv *server.Server
+	application := fxtest.New(t, Options(cfg, token, discard), fx.Populate(&srv))
+	application.RequireStart()
+	defer application.RequireStop()
+	c, err := client.Resolve("http://"+srv.Addr().String(), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateFunction(ctx, &functions.Function{Name: "hello", Namespace: ns, Spec: functions.Spec{Runtime: "python3.11"}}); err != nil {
+		t.Fatal(err)
+	}
+	upload := func(files map[string]string) *functions.Function {
+		t.Helper()
+		code, err := cranetest.Zip(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn, err := c.UploadCode(ctx, ns, "hello", code)
+		if err != nil {
+			t.Fatalf("upload: %v", err)
+		}
+		return fn
+	}
+	// buildJob waits for the build Job of the function's code sha.
+	buildJob := func(sha string) *batchv1.Job {
+		t.Helper()
+		var job *batchv1.Job
+		waitFor(t, ctx, "the build Job of "+sha[:12], func() error {
+			var jobs batchv1.JobList
+			if err := kube.List(ctx, &jobs, ctrlclient.InNamespace(builds.Name),
+				ctrlclient.MatchingLabels{kaniko.LabelFunction: "hello"}); err != nil {
+				return err
+			}
+			for i := range jobs.Items {
+				// The Job of the newest build: the builder deletes the
+				// others.
+				if j := &jobs.Items[i]; j.DeletionTimestamp == nil && j.Status.Succeeded == 0 && j.Status.Failed == 0 {
+					job = j
+				}
+			}
+			if job == nil {
+				return fmt.Errorf("%d Jobs", len(jobs.Items))
+			}
+			return nil
+		})
+		return job
+	}
+
+	// Success: the digest kaniko reports is the image that rolls out.
+	const digest = "sha256:4d48f5f3c0de0000000000000000000000000000000000000000000000000042"
+	fn := upload(map[string]string{"handler.py": "def handle(event, context):\n    return 1\n"})
+	job := buildJob(fn.CodeSHA256)
+	runBuildPod(t, ctx, env, job, corev1.PodSucceeded, exitedState(0, "Completed", ""), exitedState(0, "Completed", digest))
+	finishJob(t, ctx, env, job, true, "")
+	depName := types.NamespacedName{Namespace: names.Namespace(ns), Name: names.Deployment("hello")}
+	var dep appsv1.Deployment
+	waitFor(t, ctx, "the Deployment", func() error { return kube.Get(ctx, depName, &dep) })
+	if img := dep.Spec.Template.Spec.Containers[0].Image; img != repo+"@"+digest {
+		t.Errorf("the Deployment runs %s; want %s", img, repo+"@"+digest)
+	}
+	setAvailable(t, ctx, env, depName)
+	if fn, err = c.WaitSettled(ctx, ns, "hello", fn.Generation, nil); err != nil || fn.Status.Phase != functions.PhaseReady {
+		t.Fatalf("after the build: %+v, %v; want Ready", fn, err)
+	}
+
+	// Failure: kaniko's log is the build log; the last image keeps serving.
+	const log = "Collecting nosuchpkg\nERROR: No matching distribution found for nosuchpkg\n" +
+		"error building image: error building stage: failed to execute command: waiting for process to exit: exit status 1"
+	fn = upload(map[string]string{"handler.py": "def handle(event, context):\n    return 2\n", "requirements.txt": "nosuchpkg\n"})
+	job = buildJob(fn.CodeSHA256)
+	runBuildPod(t, ctx, env, job, corev1.PodFailed, exitedState(0, "Completed", ""), exitedState(1, "Error", log))
+	finishJob(t, ctx, env, job, false, batchv1.JobReasonBackoffLimitExceeded)
+	fn, err = c.WaitSettled(ctx, ns, "hello", fn.Generation, nil)
+	if err != nil || fn.Status.Phase != functions.PhaseFailed || fn.Status.BuildLog != log ||
+		!strings.Contains(fn.Status.Message, "installing dependencies from requirements.txt failed") {
+		t.Fatalf("after a failed build: %+v, %v; want Failed with kaniko's log", fn.Status, err)
+	}
+
+	// Timeout: a pod that never starts.
+	fn = upload(map[string]string{"handler.py": "def handle(event, context):\n    return 3\n"})
+	job = buildJob(fn.CodeSHA256)
+	runBuildPod(t, ctx, env, job, corev1.PodPending,
+		&corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}, nil)
+	fn, err = c.WaitSettled(ctx, ns, "hello", fn.Generation, nil)
+	if err != nil || fn.Status.Phase != functions.PhaseFailed {
+		t.Fatalf("after a build past its timeout: %+v, %v; want Failed", fn.Status, err)
+	}
+	waitFor(t, ctx, "the timed-out Job deleted", func() error {
+		var j batchv1.Job
+		if err := kube.Get(ctx, ctrlclient.ObjectKeyFromObject(job), &j); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get: %v", err)
+		}
+		return nil
+	})
+	if err := kube.Get(ctx, depName, &dep); err != nil || dep.Spec.Template.Spec.Containers[0].Image != repo+"@"+digest {
+		t.Errorf("after failed builds the Deployment runs %s (%v); want the last good %s", dep.Spec.Template.Spec.Containers[0].Image, err, repo+"@"+digest)
+	}
+}
+
+// runBuildPod creates the pod of a build Job, as the Job controller would,
+// with the status the kubelet would report for its download (init) and
+// kaniko (nil: none yet).
+func runBuildPod(t *testing.T, ctx context.Context, env *kubeenv.Env, job *batchv1.Job, phase corev1.PodPhase, init, kanikoState *corev1.ContainerState) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x1", Namespace: job.Namespace, Labels: job.Spec.Template.Labels},
+		Spec:       *job.Spec.Template.Spec.DeepCopy(),
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatalf("creating the pod of the build Job: %v", err)
+	}
+	pod.Status.Phase = phase
+	if init != nil {
+		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: pod.Spec.InitContainers[0].Name, Image: pod.Spec.InitContainers[0].Image, State: *init}}
+	}
+	if kanikoState != nil {
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Image: pod.Spec.Containers[0].Image, State: *kanikoState}}
+	}
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatalf("setting the status of the build pod: %v", err)
+	}
+}
+
+// finishJob sets a build Job's status as the Job controller does when its
+// pod ended: succeeded, or failed for reason.
+func finishJob(t *testing.T, ctx context.Context, env *kubeenv.Env, job *batchv1.Job, succeeded bool, reason string) {
+	t.Helper()
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	cond := func(typ batchv1.JobConditionType) batchv1.JobCondition {
+		return batchv1.JobCondition{Type: typ, Status: corev1.ConditionTrue, Reason: reason, LastProbeTime: now, LastTransitionTime: now}
+	}
+	if succeeded {
+		job.Status.Succeeded, job.Status.CompletionTime = 1, &now
+		job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet), cond(batchv1.JobComplete)}
+	} else {
+		job.Status.Failed = 1
+		job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailureTarget), cond(batchv1.JobFailed)}
+	}
+	if err := env.Client.Status().Update(ctx, job); err != nil {
+		t.Fatalf("setting the status of the build Job: %v", err)
+	}
+}
+
+func exitedState(code int32, reason, msg string) *corev1.ContainerState {
+	now := metav1.Now()
+	return &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg,
+		StartedAt: now, FinishedAt: now}}
 }
