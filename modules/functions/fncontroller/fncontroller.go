@@ -86,9 +86,10 @@ func New(p Params) *crdriver.Driver[functions.Key] {
 		Reconcile: crdriver.WithFinalizer(p.Store, Finalizer, rec.Remove, rec.Reconcile),
 		Workers:   Workers,
 		Watches: []crdriver.Watch[functions.Key]{
+			// Not the writes of its status, which are the core's own.
 			crdriver.WatchObjects(&v1alpha1.Function{}, func(ctx context.Context, fn *v1alpha1.Function) []functions.Key {
 				return keyOf(ctx, fn.Namespace, fn.Name)
-			}),
+			}, crdriver.SpecChanged[*v1alpha1.Function]()),
 			crdriver.WatchObjects(&appsv1.Deployment{}, DeploymentKeys),
 			crdriver.WatchObjects(&v1alpha1.Trigger{}, func(ctx context.Context, t *v1alpha1.Trigger) []functions.Key {
 				return keyOf(ctx, t.Namespace, t.Spec.Function)
