@@ -210,6 +210,7 @@ func TestRBAC(t *testing.T) {
 		}
 	}
 	allowed = append(allowed,
+		access{"create", "", "events", "", tenant}, access{"patch", "", "events", "", tenant},
 		access{"get", "coordination.k8s.io", "leases", "", slessNamespace},
 		access{"create", "coordination.k8s.io", "leases", "", slessNamespace},
 		access{"update", "coordination.k8s.io", "leases", "", slessNamespace},
@@ -222,9 +223,8 @@ func TestRBAC(t *testing.T) {
 
 	denied := []access{
 		{"get", "", "secrets", "", tenant}, {"list", "", "secrets", "", ""}, {"watch", "", "secrets", "", "kube-system"},
-		// The server records no Events on tenants' objects (yet), nor
-		// reads what it applies.
-		{"create", "", "events", "", tenant}, {"get", "apps", "deployments", "", tenant}, {"get", "", "services", "", tenant},
+		// The server does not read what it applies.
+		{"get", "apps", "deployments", "", tenant}, {"get", "", "services", "", tenant}, {"get", "", "events", "", tenant},
 		{"create", "", "pods", "", tenant}, {"create", "", "pods", "exec", kanikoNamespace}, {"create", "", "pods", "", kanikoNamespace},
 		{"create", "batch", "jobs", "", tenant}, {"create", "batch", "jobs", "", slessNamespace},
 		{"delete", "", "namespaces", "", ""},

@@ -31,3 +31,8 @@ package v1alpha1
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;secrets,verbs=create;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=create;patch;delete
+//
+// The function controller records an Event on a Function at each transition
+// of its status (fncontroller).
+//
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

@@ -92,6 +92,15 @@ func (s *Store) Create(ctx context.Context, fn *functions.Function) (*functions.
 	return crconv.FunctionFromCR(cr, fn.Namespace), nil
 }
 
+// GetCR returns the Function custom resource of key, as stored.
+func (s *Store) GetCR(ctx context.Context, key functions.Key) (*v1alpha1.Function, error) {
+	var cr v1alpha1.Function
+	if err := s.s.Get(ctx, key, &cr); err != nil {
+		return nil, err
+	}
+	return &cr, nil
+}
+
 // Get implements functions.Store.
 func (s *Store) Get(ctx context.Context, key functions.Key) (*functions.Function, error) {
 	var cr v1alpha1.Function

@@ -10,7 +10,8 @@
 // build ends. Its Function keeps the finalizer Finalizer until the core
 // removed what the function had (its build and its Deployment, Service,
 // NetworkPolicy and env Secret), so nothing outlives a function deleted
-// while no leader ran.
+// while no leader ran. Each transition of a function's status is also an
+// Event of its Function, which `kubectl describe` shows.
 //
 // Only the cluster build links this package.
 package fncontroller
@@ -18,9 +19,14 @@ package fncontroller
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"go.uber.org/fx"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"sless.kube5s.ru/sless/api/v1alpha1"
 	"sless.kube5s.ru/sless/internal/names"
@@ -60,14 +66,17 @@ type Params struct {
 	Deployer   runtime.Deployer
 	Suspension functions.Suspension
 	Phases     *fnmetrics.Phases
-	Log        *slog.Logger
+	// Manager records the Events.
+	Manager manager.Manager
+	Log     *slog.Logger
 }
 
 // New returns the function controller.
 func New(p Params) *crdriver.Driver[functions.Key] {
 	var d *crdriver.Driver[functions.Key]
 	// A build that ended enqueues its function, which reads the result.
-	rec := reconcile.New(p.Store, p.Builder, p.Deployer, p.Suspension, func(k functions.Key) { d.Enqueue(k) }, p.Log)
+	store := eventing{Store: p.Store, recorder: p.Manager.GetEventRecorderFor("sless")}
+	rec := reconcile.New(store, p.Builder, p.Deployer, p.Suspension, func(k functions.Key) { d.Enqueue(k) }, p.Log)
 	rec.ObservePhases(p.Phases)
 	// keyOf is the key of function name in Kubernetes namespace k8sNS.
 	keyOf := func(ctx context.Context, k8sNS, name string) []functions.Key {
@@ -108,4 +117,46 @@ func DeploymentKeys(_ context.Context, d *appsv1.Deployment) []functions.Key {
 		return nil
 	}
 	return []functions.Key{{Namespace: ns, Name: fn}}
+}
+
+// eventing is the core's store of functions, which also records a
+// Kubernetes Event on a Function at each transition of its status (its
+// phase, or the reason of its Ready condition), for `kubectl describe`:
+// a Warning when it failed, else Normal, with the reason of Ready and the
+// status' message. A status is written only when it changed, so the read
+// of the old one that this costs is rare.
+type eventing struct {
+	*crstore.Store
+	recorder record.EventRecorder
+}
+
+// UpdateStatus implements functions.Store.
+func (s eventing) UpdateStatus(ctx context.Context, key functions.Key, st functions.Status) error {
+	cr, err := s.Store.GetCR(ctx, key)
+	if err != nil {
+		return err
+	}
+	if err := s.Store.UpdateStatus(ctx, key, st); err != nil {
+		return err
+	}
+	reason := string(st.Phase)
+	if c := st.Condition(functions.ConditionReady); c != nil {
+		reason = c.Reason
+	}
+	oldReason := cr.Status.Phase
+	if c := apimeta.FindStatusCondition(cr.Status.Conditions, functions.ConditionReady); c != nil {
+		oldReason = c.Reason
+	}
+	if string(st.Phase) == cr.Status.Phase && reason == oldReason {
+		return nil
+	}
+	typ, msg := corev1.EventTypeNormal, st.Message
+	if st.Phase == functions.PhaseFailed {
+		typ = corev1.EventTypeWarning
+	}
+	if msg == "" {
+		msg = "the function is " + strings.ToLower(string(st.Phase))
+	}
+	s.recorder.Event(cr, typ, reason, msg)
+	return nil
 }

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.kube5s.ru/sless/api/v1alpha1"
 	"sless.kube5s.ru/sless/internal/names"
@@ -142,7 +144,7 @@ func (f *fixture) start() {
 		f.t.Fatal(err)
 	}
 	d := fncontroller.New(fncontroller.Params{Store: f.store, Builder: f.builder, Deployer: deployer,
-		Suspension: trreconcile.NewSuspension(f.triggers), Phases: fnmetrics.New(), Log: discard})
+		Suspension: trreconcile.NewSuspension(f.triggers), Phases: fnmetrics.New(), Manager: mgr, Log: discard})
 	if err := d.SetupWithManager(mgr); err != nil {
 		f.t.Fatal(err)
 	}
@@ -307,6 +309,25 @@ func TestCreateBuildDeployReady(t *testing.T) {
 	if started, _ := f.builder.counts(strings.Repeat("a", 64), key); started != 1 {
 		t.Errorf("the code was built %d times; want once", started)
 	}
+	// kubectl describe shows each transition as an Event of the Function.
+	eventually(t, 10*time.Second, "the Events of the Function", func() error {
+		var evs corev1.EventList
+		if err := f.env.Client.List(context.Background(), &evs, client.InNamespace(f.prefix+names.Namespace(key.Namespace))); err != nil {
+			return err
+		}
+		var reasons []string
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "Function" && e.InvolvedObject.Name == "hello" && e.InvolvedObject.UID == cr.UID {
+				reasons = append(reasons, e.Reason)
+			}
+		}
+		for _, want := range []string{functions.ReasonNoCode, functions.ReasonBuilding, functions.ReasonDeploying, functions.ReasonServing} {
+			if !slices.Contains(reasons, want) {
+				return fmt.Errorf("reasons %v, no %s", reasons, want)
+			}
+		}
+		return nil
+	})
 }
 
 // TestCodeUpdateRollsOutANewDigest: new code builds once, and its image
