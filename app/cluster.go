@@ -177,12 +177,17 @@ func newManager(c Config, api *kubeAPI, log *slog.Logger) (manager.Manager, erro
 	if err != nil {
 		return nil, err
 	}
-	return crdriver.NewManager(api.config, api.scheme, crdriver.ManagerOptions{
+	mgr, err := crdriver.NewManager(api.config, api.scheme, crdriver.ManagerOptions{
 		LeaderElection: c.LeaderElect, LeaderElectionNamespace: c.LeaderElectionNamespace, LeaderElectionID: leaderElectionID,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&appsv1.Deployment{}: {Label: labels.NewSelector().Add(*functionObjects)},
 		}},
 	}, log.With("module", "controllers"))
+	if err != nil && c.LeaderElect && c.LeaderElectionNamespace == "" {
+		// Outside a pod there is no namespace to default to.
+		return nil, fmt.Errorf("%w (outside a pod, set --leader-election-namespace, or --leader-elect=false for a single replica)", err)
+	}
+	return mgr, err
 }
 
 // kubeExecutor provides the Kubernetes executor: Deployments and Services

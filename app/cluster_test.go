@@ -14,6 +14,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	"sless.kube5s.ru/sless/internal/testenv/kubeenv"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/kaniko"
 	"sless.kube5s.ru/sless/modules/runtime"
@@ -72,6 +73,23 @@ func TestClusterGraph(t *testing.T) {
 	cfg := testConfig(t, kubernetesArgs...)
 	if err := fx.ValidateApp(Options(cfg, cfg.APIToken, discard)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLeaderElectionNeedsANamespaceOutsideAPod: the Lease's namespace
+// defaults to the pod's; outside a pod the refusal says which setting to
+// give, and without leader election none is needed.
+func TestLeaderElectionNeedsANamespaceOutsideAPod(t *testing.T) {
+	env := kubeenv.Start(t)
+	api := &kubeAPI{config: env.Config, scheme: env.Scheme, client: env.Client}
+	_, err := newManager(testConfig(t, kubernetesArgs...), api, discard)
+	if want := "set --leader-election-namespace, or --leader-elect=false"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("leader election outside a pod: %v; want an error with %q", err, want)
+	}
+	for _, args := range [][]string{{"--leader-election-namespace", "sless"}, {"--leader-elect=false"}} {
+		if _, err := newManager(testConfig(t, append(args, kubernetesArgs...)...), api, discard); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 }
 
