@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -414,4 +415,110 @@ func exitedState(code int32, reason, msg string) *corev1.ContainerState {
 	now := metav1.Now()
 	return &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg,
 		StartedAt: now, FinishedAt: now}}
+}
+
+// TestKubernetesModeBinary runs the real binary of the cluster build as
+// `sless server --mode kubernetes`, its settings from flags and the
+// environment as the manifests give them, and deploys with its CLI: `sless
+// deploy` creates the function and its http trigger, uploads and waits
+// until the function is Ready (the test makes its Deployment available,
+// as a kubelet would), and `sless fn delete` removes it.
+func TestKubernetesModeBinary(t *testing.T) {
+	env := kubeenv.Start(t)
+	dbURL := testenv.Postgres(t)
+	s3 := testenv.S3(t)
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	host := strings.TrimPrefix(reg.URL, "http://")
+	py := python.New()
+	if err := cranetest.PushBase(host+"/"+py.BaseImage(), py.ImageLayout(), runtimes.PythonServer); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "sless")
+	build := exec.Command("go", "build", "-tags", "cluster", "-o", bin, "./cmd/sless")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags cluster ./cmd/sless: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	listen := "127.0.0.1:" + testenv.FreePort(t)
+	const token = "token-token-token-1"
+	srv := exec.CommandContext(ctx, bin, "server", "--mode", "kubernetes", "--listen", listen, "--data-dir", t.TempDir(),
+		"--kubeconfig", writeEnvKubeconfig(t, env), "--leader-elect=false", "--image-repository", host+"/sless/functions")
+	srv.Env = append(os.Environ(), "SLESS_DATABASE_URL="+dbURL, "SLESS_BLOB_URL="+s3.NewBucketURL(),
+		"SLESS_S3_ACCESS_KEY="+s3.AccessKey, "SLESS_S3_SECRET_KEY="+s3.SecretKey, "SLESS_API_TOKEN="+token)
+	var logs testenv.SyncBuffer
+	srv.Stdout, srv.Stderr = &logs, &logs
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		srv.Process.Signal(os.Interrupt)
+		srv.Wait()
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	}()
+	endpoint := "http://" + listen
+	waitFor(t, ctx, "the server ready", func() error {
+		resp, err := http.Get(endpoint + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "handler.py"), []byte("def handle(event, context):\n    return 'hi'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns := "e2e-" + strings.ToLower(rand.Text()[:10])
+	cli := func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, bin, append(args, "-n", ns)...)
+		cmd.Env = append(os.Environ(), "SLESS_ENDPOINT="+endpoint, "SLESS_TOKEN="+token, "HOME="+t.TempDir())
+		return cmd
+	}
+	// The kubelet's part: the function's Deployment becomes available.
+	depName := types.NamespacedName{Namespace: names.Namespace(ns), Name: names.Deployment("hello")}
+	go func() {
+		for ctx.Err() == nil {
+			var d appsv1.Deployment
+			if env.Client.Get(ctx, depName, &d) == nil && d.Status.ObservedGeneration != d.Generation {
+				n := ptr.Deref(d.Spec.Replicas, 1)
+				d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n,
+					ReadyReplicas: n, AvailableReplicas: n}
+				env.Client.Status().Update(ctx, &d)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	out, err := cli("deploy", dir, "--name", "hello", "--runtime", "python3.11", "--wait", "2m").CombinedOutput()
+	if err != nil {
+		t.Fatalf("sless deploy: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "/fn/"+ns+"/hello") {
+		t.Errorf("sless deploy printed no /fn URL of the function:\n%s", out)
+	}
+	out, err = cli("fn", "get", "hello", "-o", "json").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"phase": "Ready"`) {
+		t.Errorf("sless fn get: %v\n%s\nwant phase Ready", err, out)
+	}
+	if status, body := get(t, endpoint+"/fn/"+ns+"/hello"); status != http.StatusServiceUnavailable {
+		t.Errorf("/fn: %d %s; want 503 until the data plane exists", status, body)
+	}
+	if out, err := cli("fn", "delete", "hello").CombinedOutput(); err != nil {
+		t.Fatalf("sless fn delete: %v\n%s", err, out)
+	}
+	waitFor(t, ctx, "the Function gone", func() error {
+		var cr v1alpha1.Function
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: names.Namespace(ns), Name: "hello"}, &cr); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get: %v", err)
+		}
+		return nil
+	})
 }
