@@ -15,3 +15,8 @@ rm -f deploy/base/crds/*.yaml
 go run "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" \
 	object paths=./api/... \
 	crd:crdVersions=v1 output:crd:artifacts:config=deploy/base/crds
+
+# The OpenAPI document of the REST API, from the table of operations in
+# internal/openapi and the Go types and doc comments of the requests and
+# responses; the server embeds and serves it at /v1/openapi.json.
+go run ./internal/openapi/gen
