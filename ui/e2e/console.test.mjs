@@ -58,6 +58,24 @@ page.on('request', (req) => {
   if (req.url().includes(admin)) errors.push(`the token in a URL: ${req.url()}`);
 });
 
+// The console follows the OpenAPI document: every API call it makes is an
+// operation of /v1/openapi.json.
+const documented = [];
+for (const [path, item] of Object.entries((await (await fetch(base + '/v1/openapi.json')).json()).paths)) {
+  const re = new RegExp('^' + path.replace(/\{[^}]+\}/g, '[^/]+') + '$');
+  for (const method of Object.keys(item)) documented.push([method.toUpperCase(), re]);
+}
+const called = new Set();
+page.on('request', (req) => {
+  const url = new URL(req.url());
+  if (!url.pathname.startsWith('/v1/') && !url.pathname.startsWith('/fn/')) return;
+  const call = `${req.method()} ${url.pathname}`;
+  called.add(call);
+  if (!documented.some(([m, re]) => m === req.method() && re.test(url.pathname))) {
+    errors.push(`the console called ${call}, which the OpenAPI document does not have`);
+  }
+});
+
 const shots = process.env.SCREENSHOTS;
 async function shot(name) {
   if (!shots) return;
@@ -198,7 +216,7 @@ try {
   await waitText(page.locator('main .error'), /namespace "default"/);
 
   assert.deepEqual(errors, []);
-  console.log('console test: all steps passed');
+  console.log(`console test: all steps passed; the console made ${called.size} different API calls, all documented`);
 } catch (err) {
   console.error(`console test failed: ${err.stack || err}`);
   if (errors.length) console.error(errors.join('\n'));
