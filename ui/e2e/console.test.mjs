@@ -171,6 +171,7 @@ try {
   await page.fill('#invoke textarea', '{"order": 42}');
   await page.click('#invoke button[type=submit]');
   await waitText(page.locator('#invoke-result'), /Status\s+500/);
+  await waitText(page.locator('#last-error'), /Last failed call .*500.*ValueError: order 42 is not in stock/);
   await page.click('#invoke-result a');
   await waitText(page.locator('#invocation-error'), /ValueError: order 42 is not in stock/);
   await waitText(page.locator('#invocation-logs'), /Traceback/);

@@ -13,6 +13,7 @@ const INVOCATIONS_PAGE = 20;
 export async function functionPage(ctx, ns, name) {
   const nsHash = `#/ns/${encodeURIComponent(ns)}`;
   const head = h('div');
+  const lastError = h('div', { id: 'last-error' });
   const spec = h('div');
   const build = h('div');
   const trs = h('div');
@@ -21,6 +22,7 @@ export async function functionPage(ctx, ns, name) {
   replace(ctx.main,
     h('p', { class: 'crumbs' }, link(nsHash, ns), ' / ', name),
     head,
+    lastError,
     h('div', { class: 'cols' },
       h('section', { class: 'card', id: 'spec' }, h('h2', {}, 'Spec'), spec),
       h('section', { class: 'card', id: 'status' }, h('h2', {}, 'Status and build'), build)),
@@ -50,9 +52,26 @@ export async function functionPage(ctx, ns, name) {
       if (err.status === 401) throw err;
     }
   });
+  ctx.every(5000, () => drawLastError(lastError, ns, name));
   ctx.every(5000, () => drawTriggers(trs, ns, name));
   ctx.every(5000, () => drawJobs(jobs, ns, name));
   invocationsList(ctx, invs, ns, name);
+}
+
+// drawLastError names the function's last failed invocation, if any, with
+// a link to why.
+async function drawLastError(el, ns, name) {
+  let r;
+  try {
+    r = (await get(paths.fn(ns, name) + '/invocations' + q({ status: 'error', limit: 1 }))).items[0];
+  } catch (err) {
+    replace(el, errorBox(err));
+    if (err.status === 401) throw err;
+    return;
+  }
+  replace(el, r ? h('p', { class: 'last-error' }, 'Last failed call ', fmtTime(r.started_at), ' ', statusBadge(r.status_code),
+    r.cold_start ? ` (cold start ${fmtMs(r.cold_start_ms)})` : '', ': ', h('span', { class: 'bad-text' }, (r.error || '').slice(0, 200)), ' ',
+    link(`#/ns/${encodeURIComponent(ns)}/inv/${encodeURIComponent(r.id)}`, 'details and logs')) : null);
 }
 
 function specList(fn) {
