@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# hack/generate.sh: regenerate what is generated from the API types in
-# api/: their deepcopy methods (api/*/zz_generated.deepcopy.go) and the CRDs
-# (deploy/base/crds). Run it after changing a type or a kubebuilder marker
-# and commit the result; TestGeneratedFilesAreCurrent fails until then.
+# hack/generate.sh: regenerate what is generated from the API types: from
+# api/, their deepcopy methods (api/*/zz_generated.deepcopy.go) and the CRDs
+# (deploy/base/crds); from the REST API's routes and types, its OpenAPI
+# document (docs/openapi.json). Run it after changing a type, a kubebuilder
+# marker or a route and commit the result; TestGeneratedFilesAreCurrent and
+# TestDocumentIsCurrent fail until then.
 #
 # controller-gen comes from the Go module proxy at a pinned version, through
 # `go run`, so nothing needs installing.
