@@ -184,6 +184,28 @@ try {
   await waitText(page.locator('#functions tr[data-function="hello"]'), /Ready/);
   await shot('functions');
 
+  step('invocations are paged, newest first');
+  for (let i = 0; i < 21; i++) {
+    const r = await fetch(base + '/fn/default/hello', { method: 'POST', body: `{"name": "page ${i}"}` });
+    assert.equal(r.status, 200);
+  }
+  await page.goto(base + '/ui/#/ns/default/fn/hello');
+  await page.locator('#invocations button', { hasText: 'Older' }).waitFor();
+  const rows = page.locator('#invocation-list tbody tr');
+  assert.equal(await rows.count(), 20);
+  const first = await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.invocation));
+  assert.deepEqual(first, [...first].sort().reverse(), 'newest first');
+  await page.click('#invocations button:has-text("Older")');
+  await page.locator('#invocations button', { hasText: 'Newer' }).waitFor();
+  const second = await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.invocation));
+  assert.ok(second.length >= 3 && second.every((id) => id < first[first.length - 1]), `the second page is older: ${second}`);
+
+  step('a job runs, and runs again from its row');
+  await api('POST', '/v1/namespaces/default/jobs', { body: { name: 'once', function: 'hello', payload: { name: 'job' }, run_id: 1 } });
+  await waitText(page.locator('#jobs tbody tr'), /once\s+1\s+Succeeded\s+200/);
+  await page.click('#jobs tbody tr button');
+  await waitText(page.locator('#jobs tbody tr'), /once\s+2\s+Succeeded\s+200/);
+
   step('disable the trigger in place: /fn answers 404');
   await page.goto(base + '/ui/#/ns/default/fn/hello');
   await page.click('#triggers tr[data-trigger="hello"] button.toggle');
