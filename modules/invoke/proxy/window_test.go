@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"sless.kube5s.ru/sless/modules/invoke"
+	"sless.kube5s.ru/sless/modules/meta"
 )
 
 func TestWindowCountsTheLastHour(t *testing.T) {
@@ -60,5 +63,38 @@ func TestQuantile(t *testing.T) {
 	buckets[len(buckets)-1] = 1000 // beyond the last bound
 	if got := quantile(0.99, buckets); got != 900 {
 		t.Errorf("quantile in +Inf: %v, want the last bound 900", got)
+	}
+}
+
+// TestNamespaceStats: observe feeds the window; the stats of a namespace
+// are its functions' with invocations in the hour, by name, and a refusal
+// at capacity is an error without a duration.
+func TestNamespaceStats(t *testing.T) {
+	m := newMetrics()
+	now := time.Now()
+	call := func(ns, name string, status int, refusal outcome, cold bool) {
+		c := &call{ns: ns, name: name, kind: invoke.KindHTTP, leased: refusal == outcomeNone, refusal: refusal}
+		rec := &invoke.Record{StatusCode: status, StartedAt: now.Add(-time.Second), ColdStart: cold, ColdStartMS: 30}
+		m.observe(m.lookup(meta.Key{Namespace: ns, Name: name}), c, rec, 2*time.Millisecond)
+	}
+	call("default", "zeta", 200, outcomeNone, true)
+	call("default", "alpha", 200, outcomeNone, false)
+	call("default", "alpha", 500, outcomeNone, false)
+	call("default", "alpha", 0, outcomeOverloaded, false)
+	call("other", "alpha", 200, outcomeNone, false)
+	m.create(meta.Key{Namespace: "default", Name: "idle"})
+
+	got := m.namespaceStats("default", now)
+	if len(got) != 2 || got[0].Function != "alpha" || got[1].Function != "zeta" {
+		t.Fatalf("stats of default: %+v; want alpha and zeta, by name", got)
+	}
+	if a := got[0]; a.Invocations != 3 || a.Errors != 2 || a.ColdStarts != 0 || a.P50MS <= 1 || a.P50MS > 2.5 {
+		t.Errorf("alpha: %+v; want 3 invocations, 2 errors (the 500 and the refusal), p50 within 1-2.5 ms", a)
+	}
+	if z := got[1]; z.Invocations != 1 || z.Errors != 0 || z.ColdStarts != 1 {
+		t.Errorf("zeta: %+v; want 1 invocation, a cold start", z)
+	}
+	if got := m.namespaceStats("nobody", now); got == nil || len(got) != 0 {
+		t.Errorf("stats of an empty namespace: %#v; want an empty list", got)
 	}
 }
