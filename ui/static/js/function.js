@@ -213,7 +213,7 @@ function detail(ns, t) {
   switch (t.type) {
     case 'http': {
       const url = paths.publicURL(ns, t.function);
-      return [h('a', { href: url, target: '_blank', rel: 'noopener' }, url), t.auth === 'token' ? ' (token)' : ''];
+      return [h('a', { href: url, target: '_blank', rel: 'noopener' }, location.origin + url), t.auth === 'token' ? ' (token)' : ''];
     }
     case 'cron': return [h('code', {}, t.schedule), t.timezone ? ` ${t.timezone}` : '',
       t.status.next_fire_at ? h('div', { class: 'small muted' }, `next ${fmtTime(t.status.next_fire_at)}`) : null];

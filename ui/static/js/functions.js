@@ -63,7 +63,7 @@ function row(ns, fn, s, exposed) {
     h('td', {}, link(`#/ns/${encodeURIComponent(ns)}/fn/${encodeURIComponent(fn.name)}`, fn.name)),
     h('td', {}, badge(fn.status.phase)),
     h('td', {}, fn.runtime),
-    h('td', {}, exposed ? h('a', { href: url, target: '_blank', rel: 'noopener' }, url) : h('span', { class: 'muted' }, 'not exposed')),
+    h('td', {}, exposed ? h('a', { href: url, target: '_blank', rel: 'noopener' }, location.origin + url) : h('span', { class: 'muted' }, 'not exposed')),
     h('td', { class: 'num', 'data-stat': 'invocations' }, s ? s.invocations : 0),
     h('td', { class: 'num' }, s ? fmtRate(s.rate_per_second) : '—'),
     h('td', { class: 'num' + (s && s.errors ? ' bad-text' : ''), 'data-stat': 'errors' },
