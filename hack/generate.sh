@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# hack/generate.sh: regenerate what is generated from the API types in
-# api/: their deepcopy methods (api/*/zz_generated.deepcopy.go) and the CRDs
-# (deploy/base/crds). Run it after changing a type or a kubebuilder marker
-# and commit the result; TestGeneratedFilesAreCurrent fails until then.
+# hack/generate.sh: regenerate what is generated from the API types: from
+# api/, their deepcopy methods (api/*/zz_generated.deepcopy.go) and the CRDs
+# (deploy/base/crds); from the REST API's routes and types, its OpenAPI
+# document (docs/openapi.json). Run it after changing a type, a kubebuilder
+# marker or a route and commit the result; TestGeneratedFilesAreCurrent and
+# TestDocumentIsCurrent fail until then.
 #
 # controller-gen comes from the Go module proxy at a pinned version, through
 # `go run`, so nothing needs installing.
@@ -15,3 +17,8 @@ rm -f deploy/base/crds/*.yaml
 go run "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" \
 	object paths=./api/... \
 	crd:crdVersions=v1 output:crd:artifacts:config=deploy/base/crds
+
+# The OpenAPI document of the REST API, from the table of operations in
+# internal/openapi and the Go types and doc comments of the requests and
+# responses; the server embeds and serves it at /v1/openapi.json.
+go run ./internal/openapi/gen

@@ -99,6 +99,7 @@ func (p *Proxy) Register(v1 *gin.RouterGroup, root *gin.Engine) {
 	root.Any(fnRoute, p.serveFnGin)
 	root.Any(fnPathRoute, p.serveFnGin)
 	v1.POST("/namespaces/:ns/functions/:name/invoke", p.serveCLI)
+	v1.GET("/namespaces/:ns/stats", p.serveStats)
 }
 
 // The gin routes of /fn.
