@@ -30,11 +30,13 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/runtimefx"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/server"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 	"sless.kube5s.ru/sless/modules/server/metricspush"
 	"sless.kube5s.ru/sless/modules/storage/storagefx"
 	"sless.kube5s.ru/sless/modules/tracing"
 	"sless.kube5s.ru/sless/modules/tracing/otlp"
 	"sless.kube5s.ru/sless/modules/triggers/triggersfx"
+	"sless.kube5s.ru/sless/ui"
 )
 
 // StopTimeout bounds a graceful shutdown: draining requests and builds.
@@ -70,7 +72,7 @@ func options(m mode, c Config, token string, log *slog.Logger, plugins ...fx.Opt
 		functionsfx.Module,
 		invokefx.Module,
 		triggersfx.Module,
-		fx.Provide(server.New),
+		fx.Provide(server.New, httpx.AsRoutes(ui.New)),
 		fx.Invoke(func(*server.Server) {}),
 		fx.Options(plugins...),
 	)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# hack/generate.sh: regenerate what is generated from the API types in
-# api/: their deepcopy methods (api/*/zz_generated.deepcopy.go), the CRDs
+# hack/generate.sh: regenerate what is generated from the API types: from
+# api/, their deepcopy methods (api/*/zz_generated.deepcopy.go), the CRDs
 # (deploy/base/crds) and the server's ClusterRole (deploy/base/rbac/role.yaml,
-# from the +kubebuilder:rbac markers of api/v1alpha1/rbac.go). Run it after
-# changing a type or a kubebuilder marker and commit the result;
-# TestGeneratedFilesAreCurrent fails until then.
+# from the +kubebuilder:rbac markers of api/v1alpha1/rbac.go); from the REST
+# API's routes and types, its OpenAPI document (docs/openapi.json). Run it
+# after changing a type, a kubebuilder marker or a route and commit the
+# result; TestGeneratedFilesAreCurrent and TestDocumentIsCurrent fail until
+# then.
 #
 # controller-gen comes from the Go module proxy at a pinned version, through
 # `go run`, so nothing needs installing.
@@ -18,3 +20,8 @@ go run "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSIO
 	object paths=./api/... \
 	crd:crdVersions=v1 output:crd:artifacts:config=deploy/base/crds \
 	rbac:roleName=sless,headerFile=hack/rbac-header.txt output:rbac:artifacts:config=deploy/base/rbac
+
+# The OpenAPI document of the REST API, from the table of operations in
+# internal/openapi and the Go types and doc comments of the requests and
+# responses; the server embeds and serves it at /v1/openapi.json.
+go run ./internal/openapi/gen

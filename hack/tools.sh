@@ -19,6 +19,11 @@
 #   envtest     kube-apiserver v1.34.4 and etcd v3.6.16 for controller-runtime's
 #               envtest; prints the directory to use as KUBEBUILDER_ASSETS
 #               (~900 s CPU and 1.8 GB of memory cold)
+#   chromium    Debian's chromium for the console's browser tests, installed
+#               with apt-get (as root) when missing; prints /usr/bin/chromium
+#   playwright  playwright-core, at the version ui/e2e/package-lock.json pins,
+#               installed with npm ci (no browser download: the tests drive
+#               Debian's chromium); prints the package's directory
 #
 # The cache lives in ${SLESS_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sless-tools}.
 set -euo pipefail
@@ -126,7 +131,48 @@ envtest() {
 	echo "$bin"
 }
 
+# chromium: Debian's package. It is not cached by this script (apt-get
+# owns it); --cached only checks that it is there.
+chromium() {
+	local bin=/usr/bin/chromium
+	if [[ ! -x "$bin" ]]; then
+		if $cached_only; then
+			log "chromium is not installed; run hack/tools.sh chromium"
+			exit 3
+		fi
+		log "installing chromium with apt-get (first run only)"
+		apt-get update >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >&2
+	fi
+	echo "$bin"
+}
+
+# playwright: ui/e2e's lock file installed with npm ci into a directory keyed
+# by the lock file's hash, so that a new pin installs anew.
+playwright() {
+	local src key dir
+	src="$(cd "$(dirname "$0")/.." && pwd)/ui/e2e"
+	key=$(sha256sum "$src/package-lock.json" | cut -c1-12)
+	dir="$cache/playwright-$key"
+	if [[ ! -f "$dir/node_modules/playwright-core/package.json" ]]; then
+		build_locked "$dir" playwright
+		if [[ ! -f "$dir/node_modules/playwright-core/package.json" ]]; then
+			log "installing playwright-core with npm (first run only)"
+			cp "$src/package.json" "$src/package-lock.json" "$dir/"
+			(cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund >&2)
+		fi
+		exec 9>&-
+	fi
+	echo "$dir/node_modules/playwright-core"
+}
+
 case "${1:-}" in
+chromium)
+	chromium
+	;;
+playwright)
+	playwright
+	;;
 versitygw)
 	go_install github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION" versitygw
 	;;
@@ -140,7 +186,7 @@ victoriametrics)
 	go_install github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics "$VICTORIAMETRICS_VERSION" victoriametrics victoria-metrics
 	;;
 *)
-	echo "usage: hack/tools.sh [--cached] versitygw|terraform|envtest|victoriametrics" >&2
+	echo "usage: hack/tools.sh [--cached] versitygw|terraform|envtest|victoriametrics|chromium|playwright" >&2
 	exit 2
 	;;
 esac

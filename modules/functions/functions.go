@@ -190,7 +190,10 @@ type Function struct {
 	Generation int64     `json:"generation"`
 	CreatedAt  time.Time `json:"created_at,omitzero"`
 	UpdatedAt  time.Time `json:"updated_at,omitzero"`
-	Status     Status    `json:"status"`
+	// Status is the server's, ignored in requests; a client's zero status
+	// (a function it is about to create) is left out of its JSON. The
+	// server's always has a phase.
+	Status Status `json:"status,omitzero"`
 }
 
 // Key names a function; it is the key of every module.

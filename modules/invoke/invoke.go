@@ -166,3 +166,28 @@ type Exposure interface {
 type Invoker interface {
 	Invoke(ctx context.Context, req Request) (*Response, error)
 }
+
+// FunctionStats are one function's invocations of a recent window (the
+// last hour) as the server that answers counted them when they ended.
+type FunctionStats struct {
+	Function string `json:"function"`
+	// WindowSeconds is the length of the window the figures cover.
+	WindowSeconds int `json:"window_seconds"`
+	// Invocations ended in the window, refusals at capacity included.
+	Invocations int64 `json:"invocations"`
+	// RatePerSecond is Invocations divided by WindowSeconds.
+	RatePerSecond float64 `json:"rate_per_second"`
+	// Errors are the invocations that ended other than with the function's
+	// 2xx, 3xx or 4xx: its 5xx, timeouts, crashes, refusals at capacity,
+	// cancellations and the server's errors (as the metrics' outcome
+	// label counts them).
+	Errors int64 `json:"errors"`
+	// ColdStarts are the invocations that started an instance.
+	ColdStarts int64 `json:"cold_starts"`
+	// P50MS and P99MS estimate the median and the 99th percentile of the
+	// invocations' duration in milliseconds, from the buckets of
+	// sless_invocation_duration_seconds (as histogram_quantile does); 0
+	// when none ran.
+	P50MS float64 `json:"p50_ms"`
+	P99MS float64 `json:"p99_ms"`
+}

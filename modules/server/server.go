@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/fx"
 
+	"sless.kube5s.ru/sless/docs"
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/auth"
@@ -99,6 +100,10 @@ func New(p Params) *Server {
 	s.engine.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	s.engine.GET("/readyz", readyz(p.Checks))
 	s.engine.GET("/metrics", gin.WrapH(promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{})))
+	// The document of the API is public: it is the API's shape, the same
+	// for every server, and tools and the console read it before they
+	// have a token.
+	s.engine.GET("/v1/openapi.json", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", docs.OpenAPI) })
 
 	v1 := s.engine.Group("/v1", authenticate(p.Auth, p.Log), authorizeNamespace)
 	v1.GET("/whoami", func(c *gin.Context) {

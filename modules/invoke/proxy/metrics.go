@@ -92,7 +92,7 @@ func kindIndex(kind string) int {
 
 // durationBuckets span a fast handler's milliseconds to the longest
 // timeout (900 s), in seconds.
-var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900}
+var durationBuckets = [...]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900}
 
 var (
 	invocationsDesc = prometheus.NewDesc("sless_invocations_total",
@@ -114,6 +114,8 @@ type fnSeries struct {
 	// duration is the whole invocation; queue, cold and handler its
 	// Server-Timing phases.
 	duration, queue, cold, handler prometheus.Histogram
+	// recent is the last hour, for the stats of the API.
+	recent window
 }
 
 func newFnSeries(k meta.Key) *fnSeries {
@@ -121,12 +123,12 @@ func newFnSeries(k meta.Key) *fnSeries {
 	phase := func(p string) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sless_invocation_phase_seconds",
 			Help:        "Phases of a function's invocations, as in Server-Timing: queue (waiting for capacity), cold (starting an instance, cold starts only), handler (the handler's own time).",
-			ConstLabels: prometheus.Labels{"namespace": k.Namespace, "function": k.Name, "phase": p}, Buckets: durationBuckets})
+			ConstLabels: prometheus.Labels{"namespace": k.Namespace, "function": k.Name, "phase": p}, Buckets: durationBuckets[:]})
 	}
 	return &fnSeries{
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sless_invocation_duration_seconds",
 			Help:        "Duration of a function's invocations as the platform saw them, from the request to the end of the response.",
-			ConstLabels: labels, Buckets: durationBuckets}),
+			ConstLabels: labels, Buckets: durationBuckets[:]}),
 		queue: phase("queue"), cold: phase("cold"), handler: phase("handler"),
 	}
 }
@@ -189,6 +191,7 @@ func (m *metrics) observe(fs *fnSeries, c *call, rec *invoke.Record, d time.Dura
 		o = statusOutcome(rec.StatusCode)
 	}
 	fs.calls[kindIndex(c.kind)][o].Add(1)
+	fs.recent.observe(rec.StartedAt.Add(d), o, d, c.leased && rec.ColdStart, o != outcomeOverloaded)
 	if o == outcomeOverloaded {
 		return // it never ran, and a summary counts it in the ledger
 	}

@@ -99,6 +99,7 @@ func (p *Proxy) Register(v1 *gin.RouterGroup, root *gin.Engine) {
 	root.Any(fnRoute, p.serveFnGin)
 	root.Any(fnPathRoute, p.serveFnGin)
 	v1.POST("/namespaces/:ns/functions/:name/invoke", p.serveCLI)
+	v1.GET("/namespaces/:ns/stats", p.serveStats)
 }
 
 // The gin routes of /fn.
@@ -522,7 +523,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		c.w.Header().Del("X-Sless-Invocation-Id")
 		c.refusal = outcomeOverloaded
 		p.refusals.add(c.ns, c.name)
-		p.refusals.pace(ctx)
+		p.refusals.pace()
 		writeError(c.w, http.StatusServiceUnavailable, msg)
 	case errors.Is(err, runtime.ErrStart):
 		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+runtime.PublicMessage(err, "the server log has the details"))

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -21,15 +20,17 @@ import (
 // method or path, the window as its start and duration, and the count in
 // its error. Refused responses carry no invocation id.
 //
-// Refusals are also paced: a refused request is answered after
-// refusalPace. Clients that retry at once would otherwise keep the server's
-// CPU busy with refusals, and the admitted invocations' responses would
-// wait behind them for the CPU (with 2 instances at 256 connections,
-// goodput fell to a sixth of what 64 connections got).
+// Refusals are also paced: a refused request is answered after a pause
+// that grows with the refusals waiting out theirs, so that clients that
+// retry at once get their refusals at about maxRefusalRate per second
+// between them. They would otherwise keep the server's CPU busy refusing,
+// and the admitted invocations' responses would wait behind them for the
+// CPU (with 2 instances at 256 connections, goodput fell to a sixth of
+// what 64 connections got).
 type refusals struct {
 	ledger invoke.Ledger
 	window time.Duration
-	// paced is how many refusals wait out refusalPace now; beyond
+	// paced is how many refusals wait out their pause now; beyond
 	// maxPaced they are answered at once, so that a flood of distinct
 	// clients does not pile up waiting requests.
 	paced atomic.Int64
@@ -38,26 +39,34 @@ type refusals struct {
 	open map[functions.Key]*refusalWindow
 }
 
-// Pacing of refusals: how long a refused request waits for its answer, and
-// how many may wait at once.
+// Pacing of refusals: the shortest and the longest pause before a refusal
+// is answered, the rate of refusals the pause aims at, and how many
+// refusals may wait at once.
 const (
-	refusalPace = 100 * time.Millisecond
-	maxPaced    = 4096
+	minRefusalPace = 100 * time.Millisecond
+	maxRefusalPace = time.Second
+	maxRefusalRate = 500
+	maxPaced       = 4096
 )
 
-// pace waits refusalPace, or until ctx ends, unless maxPaced refusals wait
-// already.
-func (r *refusals) pace(ctx context.Context) {
+// refusalPace is the pause of a refusal while n refusals wait out theirs:
+// n clients that retry at once then get n/pause refusals a second, at most
+// maxRefusalRate while the pause is within its bounds.
+func refusalPace(n int64) time.Duration {
+	return min(max(time.Duration(n)*time.Second/maxRefusalRate, minRefusalPace), maxRefusalPace)
+}
+
+// pace waits out a refusal's pause, unless maxPaced refusals wait already.
+// It does not watch for the client going away: a refusal's pause is
+// bounded and cheap, and watching the connection costs a goroutine and
+// system calls per refusal.
+func (r *refusals) pace() {
 	defer r.paced.Add(-1)
-	if r.paced.Add(1) > maxPaced {
+	n := r.paced.Add(1)
+	if n > maxPaced {
 		return
 	}
-	t := time.NewTimer(refusalPace)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	time.Sleep(refusalPace(n))
 }
 
 // refusalWindow counts one function's refusals from start; the ledger gets

@@ -73,3 +73,27 @@ func TestWindowClosesOnItsOwn(t *testing.T) {
 		t.Errorf("recorded %d summaries (%v), want one counting 1", len(got), got)
 	}
 }
+
+// TestRefusalPace: a refusal waits at least the shortest pause; as more
+// wait, the pause grows so that their retries come at maxRefusalRate a
+// second, up to the longest pause.
+func TestRefusalPace(t *testing.T) {
+	for _, tt := range []struct {
+		waiting int64
+		want    time.Duration
+	}{
+		{1, minRefusalPace},
+		{50, minRefusalPace},
+		{100, 200 * time.Millisecond},
+		{154, 308 * time.Millisecond},
+		{500, maxRefusalPace},
+		{maxPaced, maxRefusalPace},
+	} {
+		if got := refusalPace(tt.waiting); got != tt.want {
+			t.Errorf("refusalPace(%d) = %v, want %v", tt.waiting, got, tt.want)
+		}
+		if rate := float64(tt.waiting) / refusalPace(tt.waiting).Seconds(); rate > maxRefusalRate && refusalPace(tt.waiting) < maxRefusalPace {
+			t.Errorf("%d waiting refusals come back at %.0f/s, more than %d/s", tt.waiting, rate, maxRefusalRate)
+		}
+	}
+}

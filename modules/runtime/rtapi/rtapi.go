@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"sless.kube5s.ru/sless/modules/runtime"
+	"sless.kube5s.ru/sless/modules/server/httpx"
 )
 
 // Runtime describes one registered runtime.
@@ -39,5 +40,5 @@ func New(reg *runtime.Registry) *API {
 
 // Register implements httpx.Routes.
 func (a *API) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
-	v1.GET("/runtimes", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"items": a.items}) })
+	v1.GET("/runtimes", func(c *gin.Context) { c.JSON(http.StatusOK, httpx.ListResponse[Runtime]{Items: a.items}) })
 }

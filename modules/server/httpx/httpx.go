@@ -333,9 +333,13 @@ type ListResponse[T any] struct {
 	Continue string `json:"continue,omitempty"`
 }
 
-// NewListResponse returns a page of items ordered by name; when more follow,
-// the continue token is the last item's name.
+// NewListResponse returns a page of items ordered by name (an empty page
+// has an empty list, never null); when more follow, the continue token is
+// the last item's name.
 func NewListResponse[T any](items []T, more bool, name func(T) string) ListResponse[T] {
+	if items == nil {
+		items = []T{}
+	}
 	resp := ListResponse[T]{Items: items}
 	if more && len(items) > 0 {
 		resp.Continue = name(items[len(items)-1])

@@ -80,3 +80,12 @@ func TestDecodeJSONAcceptsValidBody(t *testing.T) {
 		t.Errorf("got timeout %d env %s, want 5 and {\"A\":\"b\"}", fn.TimeoutSeconds, got)
 	}
 }
+
+// TestEmptyListIsAnArray: a page without items is [], never null, as the
+// OpenAPI document's list schemas say.
+func TestEmptyListIsAnArray(t *testing.T) {
+	b, err := json.Marshal(httpx.NewListResponse[string](nil, false, func(s string) string { return s }))
+	if err != nil || string(b) != `{"items":[]}` {
+		t.Errorf("an empty page: %s, %v; want {\"items\":[]}", b, err)
+	}
+}

@@ -207,7 +207,7 @@ func (a *API) deleteTrigger(c *gin.Context) error {
 
 // invocationParams are the query parameters of the invocations of a trigger
 // or a job.
-var invocationParams = []string{"limit", "before", "status"}
+var invocationParams = []string{"limit", "continue", "status"}
 
 func (a *API) triggerInvocations(c *gin.Context) error {
 	t, err := a.triggers.Get(c, key(c))

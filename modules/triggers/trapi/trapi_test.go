@@ -139,7 +139,7 @@ func TestAPI(t *testing.T) {
 			wantCode: 400, wantError: "invalid job: run_id: must not be negative (0 means do not run)"},
 		{name: "run it", method: "PUT", path: jobsPath + "/once", body: `{"function": "hello", "run_id": 1}`,
 			wantCode: 200, want: map[string]any{"run_id": 1.0, "generation": 2.0}},
-		{name: "the job's invocations", method: "GET", path: jobsPath + "/once/invocations?limit=5", wantCode: 200},
+		{name: "the job's invocations", method: "GET", path: jobsPath + "/once/invocations?limit=5&continue=c1", wantCode: 200},
 		{name: "update of a missing job", method: "PUT", path: jobsPath + "/nope", body: `{"function": "hello"}`,
 			wantCode: 404, wantError: `job "nope" not found in namespace "ns"`},
 		{name: "delete the job", method: "DELETE", path: jobsPath + "/once", wantCode: 204},
@@ -173,7 +173,7 @@ func TestAPI(t *testing.T) {
 	wantQueries := []invoke.Query{
 		{Function: "hello", Status: "error", TriggerKind: triggers.TypeHTTP},
 		{TriggerKind: triggers.TypeRabbitMQ, TriggerName: "orders"},
-		{TriggerKind: invoke.KindJob, TriggerName: "once", Limit: 5},
+		{TriggerKind: invoke.KindJob, TriggerName: "once", Limit: 5, Continue: "c1"},
 	}
 	if diff := cmp.Diff(wantQueries, s.ledger.queries); diff != "" {
 		t.Errorf("ledger queries (-want +got):\n%s", diff)
