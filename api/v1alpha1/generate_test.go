@@ -82,7 +82,8 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(filepath.Join(tmp, "hack", "generate.sh"))
+	// Only what comes from api/: the copy has nothing else.
+	cmd := exec.Command(filepath.Join(tmp, "hack", "generate.sh"), "api")
 	cmd.Dir = tmp
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("hack/generate.sh on a copy of the API types: %v\n%s", err, out)
