@@ -1,0 +1,168 @@
+// Package powercut gives a test a directory that loses, when the test cuts
+// the power, every write a power cut would lose: what was not fsynced.
+//
+// A kill -9 of a process keeps everything it wrote (the page cache
+// survives); a power cut keeps only what reached the disk. The directory is
+// a FUSE passthrough filesystem over a backing directory that models the
+// disk the way a power cut sees it, strictly, as POSIX promises and no
+// further:
+//
+//   - A file's content is durable as of its last fsync (or fdatasync) on
+//     any descriptor; bytes written, truncated or punched since are lost.
+//   - A directory's entries (the names it holds: creates, mkdirs, renames
+//     in and out, unlinks, rmdirs, symlinks) are durable as of the
+//     directory's last fsync; a change since is lost. A file created and
+//     fsynced in a directory that was not fsynced afterwards is gone; a
+//     rename is undone in each directory not fsynced since (in both when
+//     neither was, kept twice when only the target was).
+//   - What was there at mount, or at the last Sync, is durable. Nothing is ever flushed in the
+//     background: the cut can come at the worst moment.
+//   - Attributes (mode, owner, times) are kept as they are at the cut.
+//   - Hard links are refused (EPERM), and so is O_TMPFILE (EOPNOTSUPP):
+//     the model keeps one name per file. File locks are the kernel's own.
+//
+// Cut is the power cut: the test kills every process that uses the
+// directory (kill -9), Cut unmounts it, rebuilds the backing directory in
+// its durable state, and mounts it again with everything in it durable.
+// The backing directory is never fsynced: the machine keeps its power, the
+// model loses it.
+//
+// It needs /dev/fuse and root; without either the test skips, unless
+// SLESS_REQUIRE_SERVICES=1.
+package powercut
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"sless.kube5s.ru/sless/internal/testenv"
+)
+
+// Disk is a mounted power-cut directory.
+type Disk struct {
+	// Dir is where the disk is mounted: the directory to use.
+	Dir string
+
+	t       testing.TB
+	backing string
+	base    string
+	server  *fuse.Server
+	m       *model
+}
+
+// Mount mounts a new, empty disk for t and unmounts it when t ends.
+func Mount(t testing.TB) *Disk {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testenv.Unavailable(t, "a power-cut disk needs /dev/fuse: %v", err)
+	}
+	if os.Getuid() != 0 {
+		testenv.Unavailable(t, "a power-cut disk needs root to mount FUSE")
+	}
+	base := t.TempDir()
+	d := &Disk{t: t, base: base, Dir: filepath.Join(base, "mnt"), backing: filepath.Join(base, "backing")}
+	for _, dir := range []string{d.Dir, d.backing} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.mount(); err != nil {
+		testenv.Unavailable(t, "mounting a power-cut disk: %v", err)
+	}
+	t.Cleanup(func() {
+		if d.server != nil {
+			if err := d.unmount(); err != nil {
+				t.Errorf("unmounting the power-cut disk: %v", err)
+			}
+		}
+	})
+	return d
+}
+
+func (d *Disk) mount() error {
+	grave := filepath.Join(d.base, "grave")
+	if err := os.Mkdir(grave, 0o700); err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.backing, &st); err != nil {
+		return err
+	}
+	d.m = newModel(grave)
+	root := &fs.LoopbackRoot{Path: d.backing, Dev: uint64(st.Dev)}
+	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, m: d.m}
+	}
+	root.RootNode = root.NewNode(root, nil, "", &st)
+	server, err := fs.Mount(d.Dir, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{
+		// The server's instances run as other users.
+		AllowOther:  true,
+		Options:     []string{"default_permissions"},
+		DirectMount: true,
+		FsName:      "powercut",
+		Name:        "powercut",
+	}})
+	if err != nil {
+		return err
+	}
+	d.server = server
+	return nil
+}
+
+// unmount unmounts the disk, waiting up to 30 s for the processes that
+// still use it to exit.
+func (d *Disk) unmount() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := d.server.Unmount()
+		if err == nil {
+			d.server.Wait()
+			d.server = nil
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Sync makes everything on the disk durable, as sync(2) does.
+func (d *Disk) Sync() {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.files = map[uint64]*fileState{}
+	d.m.dirs = map[uint64]map[string]entry{}
+}
+
+// Cut cuts the power: it unmounts the disk (every process using it must be
+// killed first), rolls the backing directory back to its durable state and
+// mounts it again. It ends t on failure.
+func (d *Disk) Cut() {
+	d.t.Helper()
+	if err := d.unmount(); err != nil {
+		d.t.Fatalf("power cut: unmounting: %v", err)
+	}
+	rebuilt := filepath.Join(d.base, "rebuilt")
+	if err := d.m.rollBack(d.backing, rebuilt); err != nil {
+		d.t.Fatalf("power cut: rolling back to the durable state: %v", err)
+	}
+	for _, dir := range []string{d.backing, d.m.grave} {
+		if err := os.RemoveAll(dir); err != nil {
+			d.t.Fatalf("power cut: %v", err)
+		}
+	}
+	if err := os.Rename(rebuilt, d.backing); err != nil {
+		d.t.Fatalf("power cut: %v", err)
+	}
+	if err := d.mount(); err != nil {
+		d.t.Fatalf("power cut: mounting again: %v", err)
+	}
+}
