@@ -33,14 +33,16 @@ package powercut
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"sless.kube5s.ru/sless/internal/testenv"
 )
@@ -69,7 +71,7 @@ func Mount(t testing.TB) *Disk {
 	base := t.TempDir()
 	d := &Disk{t: t, base: base, Dir: filepath.Join(base, "mnt"), backing: filepath.Join(base, "backing")}
 	for _, dir := range []string{d.Dir, d.backing} {
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := os.Mkdir(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,22 +118,43 @@ func (d *Disk) mount() error {
 	return nil
 }
 
-// unmount unmounts the disk, waiting up to 30 s for the processes that
-// still use it to exit.
+// unmount cuts the disk off: it aborts its FUSE connection, so that every
+// request pending or to come fails at once (a process the sandbox
+// confined can keep the connection alive for tens of seconds after it was
+// killed, in a mount namespace of its own), and unmounts it. Once it
+// returns, no request changes the backing directory any more.
 func (d *Disk) unmount() error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := d.server.Unmount()
-		if err == nil {
-			d.server.Wait()
-			d.server = nil
-			return nil
-		}
-		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.Dir, &st); err != nil {
+		return err
 	}
+	if err := abortConnection(unix.Minor(st.Dev)); err != nil {
+		return err
+	}
+	if err := d.server.Unmount(); err != nil {
+		return err
+	}
+	d.server.Wait()
+	d.server = nil
+	return nil
+}
+
+// fusectl is where the kernel lists FUSE connections.
+const fusectl = "/sys/fs/fuse/connections"
+
+// abortConnection aborts the FUSE connection of the filesystem whose
+// device minor number is minor, mounting fusectl when it is not.
+func abortConnection(minor uint32) error {
+	abort := filepath.Join(fusectl, strconv.FormatUint(uint64(minor), 10), "abort")
+	if _, err := os.Stat(abort); errors.Is(err, os.ErrNotExist) {
+		if err := syscall.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("mounting fusectl: %w", err)
+		}
+	}
+	if err := os.WriteFile(abort, []byte("1"), 0); err != nil {
+		return fmt.Errorf("aborting the FUSE connection: %w", err)
+	}
+	return nil
 }
 
 // Sync makes everything on the disk durable, as sync(2) does.
