@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/durable"
 	"sless.kube5s.ru/sless/internal/rawio"
 )
 
@@ -147,7 +148,7 @@ func Open(opts Options) (*Journal, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	if err := durable.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the invocation journal's directory: %w", err)
 	}
 	j := &Journal{opts: opts, log: opts.Log, sizes: map[uint64]int64{},
@@ -179,13 +180,12 @@ func Open(opts Options) (*Journal, error) {
 	if err := j.openSegment(next); err != nil {
 		return nil, err
 	}
-	if opts.SyncInterval == 0 {
-		// Fsyncing a frame saves it only if the segment's directory entry
-		// is saved too.
-		if err := syncDir(opts.Dir); err != nil {
-			j.f.Close()
-			return nil, err
-		}
+	// Fsyncing a frame saves it only if the segment's directory entry is
+	// saved too; in interval mode as well, or a power cut before the first
+	// rotation loses the whole segment, not just the last interval.
+	if err := syncDir(opts.Dir); err != nil {
+		j.f.Close()
+		return nil, err
 	}
 	j.synced = Pos{Seg: next}
 	go j.syncLoop()
@@ -416,13 +416,8 @@ func (j *Journal) Sync() error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing the invocation journal's directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing the invocation journal's directory: %w", err)
+	if err := durable.SyncDir(dir); err != nil {
+		return fmt.Errorf("syncing the invocation journal: %w", err)
 	}
 	return nil
 }
