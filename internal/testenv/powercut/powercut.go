@@ -78,6 +78,11 @@ func Mount(t testing.TB) *Disk {
 	if err := d.mount(); err != nil {
 		testenv.Unavailable(t, "mounting a power-cut disk: %v", err)
 	}
+	// Cut needs the connection's abort file: find out now.
+	if _, err := d.abortFile(); err != nil {
+		d.server.Unmount()
+		testenv.Unavailable(t, "a power-cut disk needs fusectl: %v", err)
+	}
 	t.Cleanup(func() {
 		if d.server != nil {
 			if err := d.unmount(); err != nil {
@@ -124,12 +129,12 @@ func (d *Disk) mount() error {
 // killed, in a mount namespace of its own), and unmounts it. Once it
 // returns, no request changes the backing directory any more.
 func (d *Disk) unmount() error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(d.Dir, &st); err != nil {
+	abort, err := d.abortFile()
+	if err != nil {
 		return err
 	}
-	if err := abortConnection(unix.Minor(st.Dev)); err != nil {
-		return err
+	if err := os.WriteFile(abort, []byte("1"), 0); err != nil {
+		return fmt.Errorf("aborting the FUSE connection: %w", err)
 	}
 	// Detached: a process of the test itself (a database it opened) may
 	// still hold files of the disk; they fail from now on.
@@ -144,19 +149,23 @@ func (d *Disk) unmount() error {
 // fusectl is where the kernel lists FUSE connections.
 const fusectl = "/sys/fs/fuse/connections"
 
-// abortConnection aborts the FUSE connection of the filesystem whose
-// device minor number is minor, mounting fusectl when it is not.
-func abortConnection(minor uint32) error {
-	abort := filepath.Join(fusectl, strconv.FormatUint(uint64(minor), 10), "abort")
+// abortFile returns the file that aborts the disk's FUSE connection,
+// mounting fusectl when it is not.
+func (d *Disk) abortFile() (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.Dir, &st); err != nil {
+		return "", err
+	}
+	abort := filepath.Join(fusectl, strconv.FormatUint(uint64(unix.Minor(st.Dev)), 10), "abort")
 	if _, err := os.Stat(abort); errors.Is(err, os.ErrNotExist) {
 		if err := syscall.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
-			return fmt.Errorf("mounting fusectl: %w", err)
+			return "", fmt.Errorf("mounting fusectl: %w", err)
 		}
 	}
-	if err := os.WriteFile(abort, []byte("1"), 0); err != nil {
-		return fmt.Errorf("aborting the FUSE connection: %w", err)
+	if _, err := os.Stat(abort); err != nil {
+		return "", err
 	}
-	return nil
+	return abort, nil
 }
 
 // Sync makes everything on the disk durable, as sync(2) does.

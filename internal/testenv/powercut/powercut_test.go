@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"sless.kube5s.ru/sless/internal/testenv/powercut"
@@ -239,6 +240,29 @@ func TestCut(t *testing.T) {
 			d.Cut()
 			tt.check(t, d.Dir)
 		})
+	}
+}
+
+// TestRmdirRefusesNonEmpty: the disk keeps a removed directory's inode,
+// but rmdir still refuses a directory that holds something.
+func TestRmdirRefusesNonEmpty(t *testing.T) {
+	d := powercut.Mount(t)
+	sub := filepath.Join(d.Dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(sub, "f"), "data", 0, false)
+	if err := syscall.Rmdir(sub); !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Errorf("rmdir of a directory holding a file: %v; want ENOTEMPTY", err)
+	}
+	if err := os.Remove(filepath.Join(sub, "f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Rmdir(sub); err != nil {
+		t.Errorf("rmdir of an empty directory: %v", err)
+	}
+	if _, err := os.Stat(sub); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("sub after rmdir: %v; want it gone", err)
 	}
 }
 
