@@ -47,9 +47,10 @@ const grace = 200 * time.Millisecond
 // with /fn load and a client that creates, uploads and waits for
 // functions, and cuts the power twice. After each cut the server must start
 // without repair, with the same API token, every function and trigger it
-// answered 201 for, and every function it reported Ready running its own
-// code; at the end the ledger must hold every invocation answered more
-// than lossWindow (plus grace) before a cut.
+// answered 201 for, every uploaded code it answered 202 for, and functions
+// it reported Ready running their own code (writer.check); at the end
+// SQLite's integrity check must pass and the ledger must hold every
+// invocation answered more than lossWindow (plus grace) before a cut.
 func powerCut(t *testing.T, journalSync string, lossWindow time.Duration) {
 	disk := powercut.Mount(t)
 	s := newServer(t, disk.Dir, "")
@@ -96,7 +97,6 @@ func (s *server) cutPower(disk *powercut.Disk) time.Time {
 	}
 	<-s.done
 	fmt.Fprintf(s.logs, "--- power cut %v\n", time.Now().Format(time.TimeOnly))
-
 	disk.Cut()
 	return killed
 }
