@@ -15,15 +15,18 @@
 //     fsynced in a directory that was not fsynced afterwards is gone; a
 //     rename is undone in each directory not fsynced since (in both when
 //     neither was, kept twice when only the target was).
-//   - What was there at mount, or at the last Sync, is durable. Nothing is ever flushed in the
-//     background: the cut can come at the worst moment.
+//   - What was there at mount, or at the last Sync, is durable. Nothing is
+//     ever flushed in the background: the cut can come at the worst moment.
 //   - Attributes (mode, owner, times) are kept as they are at the cut.
 //   - Hard links are refused (EPERM), and so is O_TMPFILE (EOPNOTSUPP):
-//     the model keeps one name per file. File locks are the kernel's own.
+//     the model keeps one name per file. syncfs(2) and sync(2) make
+//     nothing durable (FUSE does not pass them on); the code under test
+//     fsyncs what it needs. File locks are the kernel's own.
 //
 // Cut is the power cut: the test kills every process that uses the
-// directory (kill -9), Cut unmounts it, rebuilds the backing directory in
-// its durable state, and mounts it again with everything in it durable.
+// directory (kill -9), Cut aborts the FUSE connection and unmounts it,
+// rebuilds the backing directory in its durable state, and mounts it again
+// with everything in it durable.
 // The backing directory is never fsynced: the machine keeps its power, the
 // model loses it.
 //
