@@ -383,8 +383,12 @@ func (j *Journal) syncLoop() {
 	}
 }
 
-// Sync fsyncs everything appended so far.
+// Sync fsyncs everything appended so far. It returns once that is on disk,
+// also when a concurrent Sync does the fsync: calls are serialized, so a
+// call never finds the journal clean while another's fsync is in flight.
 func (j *Journal) Sync() error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
 	j.mu.Lock()
 	dirty, rotated := j.dirty, j.unsynced
 	j.dirty, j.unsynced = false, nil
@@ -398,12 +402,10 @@ func (j *Journal) Sync() error {
 		errs = append(errs, syncDir(j.opts.Dir))
 	}
 	if dirty && f != nil {
-		j.syncMu.Lock()
 		err := f.Sync()
 		if err == nil && j.synced.Less(at) {
 			j.synced = at
 		}
-		j.syncMu.Unlock()
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
