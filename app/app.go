@@ -20,6 +20,7 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/internal/durable"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/buildmetrics"
 	"sless.kube5s.ru/sless/modules/build/buildtrace"
@@ -155,7 +156,7 @@ func Prepare(c Config, log *slog.Logger) (token string, lock *discovery.Lock, er
 	// Only the server may read the data: the token, every function's env in
 	// the database, the uploaded and built code.
 	for _, dir := range []string{c.DataDir, artifactDir(c)} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := durable.MkdirAll(dir, 0o700); err != nil {
 			return "", nil, fmt.Errorf("creating the data directory: %w", err)
 		}
 	}

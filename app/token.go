@@ -10,10 +10,12 @@ import (
 	"strings"
 
 	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/internal/durable"
 )
 
 // ensureToken returns the configured token, else the one generated on an
-// earlier start, else a new one that it stores with mode 0600. generated
+// earlier start, else a new one that it stores with mode 0600, durably (a
+// power cut must not take a token that clients were given). generated
 // reports that a new token was written.
 func ensureToken(c Config) (token, path string, generated bool, err error) {
 	if c.APIToken != "" {
@@ -31,7 +33,7 @@ func ensureToken(c Config) (token, path string, generated bool, err error) {
 	buf := make([]byte, 32)
 	rand.Read(buf)
 	token = base64.RawURLEncoding.EncodeToString(buf)
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+	if err := durable.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
 		return "", "", false, fmt.Errorf("storing the generated API token: %w", err)
 	}
 	return token, path, true, nil

@@ -85,7 +85,7 @@ func run() error {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return fmt.Errorf("wrk is needed (apt-get install wrk, or run bench/run.sh): %w", err)
 	}
-	if _, err := nginxPath(); err != nil && !*onlyOverload {
+	if _, err := nginxPath(); err != nil && !*onlyOverload && !*onlyAPI {
 		return err
 	}
 	tmp, err := os.MkdirTemp("", "sless-bench-")
@@ -130,6 +130,13 @@ func run() error {
 	}
 	defer srv.stop()
 	var report bytes.Buffer
+	if *onlyAPI {
+		if err := apiLatency(srv, &report); err != nil {
+			return err
+		}
+		os.Stdout.Write(report.Bytes())
+		return nil
+	}
 	if *onlyOverload {
 		if err := overload(srv, &report); err != nil {
 			return err

@@ -1,7 +1,10 @@
 // Package fault breaks the real sless binary under load (kill -9, a database
-// that stops, a full disk, SIGTERM while the database is down) and checks
-// that every invocation a client was answered is in the ledger afterwards,
-// and that the ledger holds no invocation that was not answered.
+// that stops, a full disk, SIGTERM while the database is down, a power cut)
+// and checks that every invocation a client was answered is in the ledger
+// afterwards, and that the ledger holds no invocation that was not answered.
+//
+// The power cut runs the server on internal/testenv/powercut, a FUSE disk
+// that loses what was not fsynced; it needs /dev/fuse and root.
 //
 // The tests that stop PostgreSQL run a private cluster (initdb and pg_ctl in
 // a temporary directory, on its own port), never the shared one; the full
@@ -42,10 +45,12 @@ type server struct {
 	t           *testing.T
 	dataDir     string
 	databaseURL string
-	endpoint    string
-	cmd         *exec.Cmd
-	logs        *testenv.SyncBuffer
-	done        chan struct{}
+	// args are more flags of `sless server`.
+	args     []string
+	endpoint string
+	cmd      *exec.Cmd
+	logs     *testenv.SyncBuffer
+	done     chan struct{}
 }
 
 // newServer returns a server that is not started yet; it keeps its port
@@ -85,6 +90,7 @@ func (s *server) launch() {
 	if s.databaseURL != "" {
 		args = append(args, "--database-url", s.databaseURL)
 	}
+	args = append(args, s.args...)
 	if s.logs == nil {
 		s.logs = &testenv.SyncBuffer{}
 	}
@@ -170,15 +176,17 @@ func get(url string) (int, string) {
 // keeps the invocation id of every answer.
 type load struct {
 	mu sync.Mutex
-	// answered are the invocation ids of the answers, ok counts the 2xx
+	// answered are the invocation ids of the answers, answeredAt when
+	// each arrived, ok counts the 2xx
 	// ones; byStatus counts answers by status; cut counts requests that
 	// failed after they may have reached the server (a reset or a timeout,
 	// not a refused connection).
-	answered  []string
-	ok        int
-	byStatus  map[int]int
-	cut       int
-	bodies503 []string
+	answered   []string
+	answeredAt []time.Time
+	ok         int
+	byStatus   map[int]int
+	cut        int
+	bodies503  []string
 	// slowest is the longest answered request since the last reset.
 	slowest time.Duration
 
@@ -231,6 +239,7 @@ func (l *load) run() {
 		// function not ready yet after a restart is), whatever its status.
 		if id := resp.Header.Get("X-Sless-Invocation-Id"); err == nil && id != "" {
 			l.answered = append(l.answered, id)
+			l.answeredAt = append(l.answeredAt, time.Now())
 		}
 		if err == nil {
 			l.byStatus[resp.StatusCode]++

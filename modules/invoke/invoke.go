@@ -100,8 +100,10 @@ type Ledger interface {
 	// When the server stops before end is called, the next start records
 	// r as interrupted (status InterruptedStatus, error
 	// InterruptedError). Call end after Record(r), or when nothing is
-	// recorded. Begin fails, and nothing should run, when the start cannot
-	// be kept.
+	// recorded: once end returns, r's record survives a power cut too, not
+	// only a crash, so that what the caller does after the run (a job's
+	// outcome, a message's acknowledgement) never outlives the record.
+	// Begin fails, and nothing should run, when the start cannot be kept.
 	Begin(r *Record) (end func(), err error)
 	// Accepting reports, from memory, whether Record can keep records
 	// durably now; its error says why not in terms a client can read. The

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/durable"
 	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/internal/tail"
 	"sless.kube5s.ru/sless/modules/build"
@@ -75,7 +76,7 @@ type Builder struct {
 // installs run confined by confine; nil runs them as the server's user.
 func New(c Config, blobs storage.Blobs, runtimes Runtimes, confine runtime.Confiner, log *slog.Logger) (*Builder, error) {
 	c.defaults()
-	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+	if err := durable.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the artifact directory: %w", err)
 	}
 	stale, err := filepath.Glob(filepath.Join(c.Dir, ".tmp-*"))
@@ -206,7 +207,9 @@ func artifactID(req build.Request) string {
 }
 
 // build extracts the code and installs its dependencies in a temporary
-// directory that is renamed to final only when everything succeeded. It
+// directory that is renamed to final only when everything succeeded and is
+// on disk (fsynced, file by file), so that an artifact survives a power
+// cut whole or not at all. It
 // takes at most Config.Timeout, not counting the wait for its turn to
 // install.
 func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Request, final string) (build.Result, error) {
@@ -258,10 +261,19 @@ func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Re
 			}
 		}
 	}
+	// What the rename makes visible must be on disk first, and the rename
+	// itself after it: else a power cut leaves a Ready function whose
+	// artifact has empty or missing files, or no artifact.
+	if err := durable.SyncTree(code); err != nil {
+		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
+	}
 	if err := os.Rename(code, final); err != nil {
 		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
 	}
 	published = true
+	if err := durable.SyncDir(b.cfg.Dir); err != nil {
+		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
+	}
 	return build.Result{Artifact: final, Log: log.String()}, nil
 }
 

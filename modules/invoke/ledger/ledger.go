@@ -269,10 +269,21 @@ func (l *Ledger) add(rw row) {
 }
 
 // Begin implements invoke.Ledger: it appends r's start to a journal of runs
-// in progress, which the next start of the server reads; see running.
+// in progress, which the next start of the server reads; see running. end
+// fsyncs the invocation journal (a no-op when every append is fsynced)
+// before it ends the run.
 func (l *Ledger) Begin(r *invoke.Record) (func(), error) {
 	rw := toRow(r)
-	return l.running.begin(&rw)
+	end, err := l.running.begin(&rw)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		if err := l.j.Sync(); err != nil {
+			l.log.Error("syncing the invocation journal at the end of a run failed", "invocation_id", rw.ID, "error", err)
+		}
+		end()
+	}, nil
 }
 
 // Accepting implements invoke.Ledger: it fails while the journal cannot be

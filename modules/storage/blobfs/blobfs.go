@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/durable"
 	"sless.kube5s.ru/sless/modules/storage"
 	"sless.kube5s.ru/sless/modules/storage/internal/cas"
 )
@@ -50,7 +51,7 @@ func New(dir string) (*Store, error) {
 	s := &Store{blobs: filepath.Join(dir, "sha256"), tmp: filepath.Join(dir, "tmp")}
 	for _, d := range []string{s.blobs, s.tmp} {
 		// Uploaded code is its owner's: only the server reads it.
-		if err := os.MkdirAll(d, 0o700); err != nil {
+		if err := durable.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("blobfs: create %s: %w", d, err)
 		}
 	}
@@ -128,7 +129,7 @@ func (s *Store) commit(f *os.File, key string) (err error) {
 		return fmt.Errorf("chmod %s: %w", tmp, err)
 	}
 	dir := filepath.Dir(final)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	// A concurrent Put of the same content may rename first; rename then
@@ -136,20 +137,7 @@ func (s *Store) commit(f *os.File, key string) (err error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("rename into place: %w", err)
 	}
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory so that a rename into it survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return durable.SyncDir(dir)
 }
 
 // Open returns the blob's content; see storage.Blobs. The reader is an

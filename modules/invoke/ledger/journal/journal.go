@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/durable"
 	"sless.kube5s.ru/sless/internal/rawio"
 )
 
@@ -147,7 +148,7 @@ func Open(opts Options) (*Journal, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	if err := durable.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the invocation journal's directory: %w", err)
 	}
 	j := &Journal{opts: opts, log: opts.Log, sizes: map[uint64]int64{},
@@ -179,13 +180,12 @@ func Open(opts Options) (*Journal, error) {
 	if err := j.openSegment(next); err != nil {
 		return nil, err
 	}
-	if opts.SyncInterval == 0 {
-		// Fsyncing a frame saves it only if the segment's directory entry
-		// is saved too.
-		if err := syncDir(opts.Dir); err != nil {
-			j.f.Close()
-			return nil, err
-		}
+	// Fsyncing a frame saves it only if the segment's directory entry is
+	// saved too; in interval mode as well, or a power cut before the first
+	// rotation loses the whole segment, not just the last interval.
+	if err := syncDir(opts.Dir); err != nil {
+		j.f.Close()
+		return nil, err
 	}
 	j.synced = Pos{Seg: next}
 	go j.syncLoop()
@@ -383,8 +383,12 @@ func (j *Journal) syncLoop() {
 	}
 }
 
-// Sync fsyncs everything appended so far.
+// Sync fsyncs everything appended so far. It returns once that is on disk,
+// also when a concurrent Sync does the fsync: calls are serialized, so a
+// call never finds the journal clean while another's fsync is in flight.
 func (j *Journal) Sync() error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
 	j.mu.Lock()
 	dirty, rotated := j.dirty, j.unsynced
 	j.dirty, j.unsynced = false, nil
@@ -398,12 +402,10 @@ func (j *Journal) Sync() error {
 		errs = append(errs, syncDir(j.opts.Dir))
 	}
 	if dirty && f != nil {
-		j.syncMu.Lock()
 		err := f.Sync()
 		if err == nil && j.synced.Less(at) {
 			j.synced = at
 		}
-		j.syncMu.Unlock()
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -416,13 +418,8 @@ func (j *Journal) Sync() error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing the invocation journal's directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing the invocation journal's directory: %w", err)
+	if err := durable.SyncDir(dir); err != nil {
+		return fmt.Errorf("syncing the invocation journal: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,6 @@
+//go:build !race
+
+package powercut
+
+// raceEnabled: see Mount.
+const raceEnabled = false
