@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -71,10 +72,14 @@ func MkdirAll(path string, perm os.FileMode) error {
 // a power cut at any moment the file holds either its old content or data,
 // and once WriteFile returns it holds data. It writes a temporary file in
 // the same directory, fsyncs it, renames it over path and fsyncs the
-// directory: two fsyncs.
+// directory: two fsyncs. It first removes the temporary files of an
+// earlier WriteFile of path that a crash interrupted, so path must not be
+// written by two WriteFile calls at once.
 func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	prefix := "." + filepath.Base(path) + ".tmp-"
+	removeStale(dir, prefix)
+	f, err := os.CreateTemp(dir, prefix)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -100,6 +105,20 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return SyncDir(dir)
+}
+
+// removeStale removes the files of dir whose names start with prefix, at
+// best effort: a leftover only takes space.
+func removeStale(dir, prefix string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) && e.Type().IsRegular() {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // SyncTree fsyncs every regular file and directory under root, root

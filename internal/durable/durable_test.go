@@ -3,6 +3,7 @@ package durable_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"sless.kube5s.ru/sless/internal/durable"
@@ -84,5 +85,33 @@ func TestMkdirAllOverAFile(t *testing.T) {
 	}
 	if err := durable.MkdirAll(filepath.Join(dir, "f"), 0o700); err == nil {
 		t.Error("MkdirAll over a file succeeded")
+	}
+}
+
+// TestWriteFileRemovesStaleTemporaries: the temporary file of a WriteFile
+// that a crash interrupted goes at the next WriteFile of the same path; the
+// files of other paths stay.
+func TestWriteFileRemovesStaleTemporaries(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, ".token.tmp-123")
+	other := filepath.Join(dir, ".other.tmp-456")
+	for _, f := range []string{stale, other} {
+		if err := os.WriteFile(f, []byte("secret"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := durable.WriteFile(filepath.Join(dir, "token"), []byte("new"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{".other.tmp-456", "token"}; !slices.Equal(names, want) {
+		t.Errorf("the directory holds %v, want %v", names, want)
 	}
 }
