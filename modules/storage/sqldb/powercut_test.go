@@ -14,7 +14,17 @@ import (
 // durable when it returns, also across a power cut. With SQLite's
 // synchronous NORMAL the same commits are lost, which shows that the test
 // can fail.
+//
+// It is skipped: it serves the power-cut disk and runs SQLite on it in one
+// process, and SQLite maps its WAL index (the -shm file) into memory, so a
+// page fault on that mapping blocks a thread of the Go runtime until the
+// disk answers, while the disk's server waits for the runtime (a hang of
+// the whole package, seen in a CI run). The power-cut tests of e2e/fault
+// check the same contract with the real binary, which runs in a process of
+// its own. Moving the database side into a child process would bring it
+// back.
 func TestSQLiteCommitsSurvivePowerCut(t *testing.T) {
+	t.Skip("SQLite's memory-mapped WAL index on a FUSE disk served by the same process can hang the Go runtime; e2e/fault's power-cut tests cover this contract with the real binary")
 	for _, tt := range []struct {
 		name string
 		// pragma is run on the one connection before the inserts.
