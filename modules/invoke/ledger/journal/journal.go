@@ -121,7 +121,9 @@ type Journal struct {
 	unsynced []*os.File
 	dirty    bool
 
-	// syncMu serializes fsyncs; synced is the end of what is fsynced.
+	// syncMu serializes the fsyncs and whole Sync calls, so that a Sync
+	// returns only after any fsync in flight; synced is the end of what is
+	// fsynced.
 	syncMu sync.Mutex
 	synced Pos
 
