@@ -1,33 +1,61 @@
 package sqldb_test
 
 import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"sless.kube5s.ru/sless/internal/testenv/powercut"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
+// The power-cut test runs SQLite in child processes, the test binary run
+// again with envHelper set, while the power-cut disk is served by the test
+// process: SQLite maps its WAL index (the -shm file) into memory, and a page
+// fault on that mapping in the process that serves the disk blocks a thread
+// of the Go runtime until the disk answers, while the disk's server may wait
+// for that thread (a hang of the whole package, seen in a CI run).
+const (
+	// envHelper names what the child does: helperWrite or helperCheck.
+	envHelper = "SLESS_SQLDB_POWERCUT_HELPER"
+	// envDB is the database's path on the disk.
+	envDB = "SLESS_SQLDB_POWERCUT_DB"
+	// envPragma is run on the writer's connection before it writes.
+	envPragma = "SLESS_SQLDB_POWERCUT_PRAGMA"
+
+	// helperWrite creates table t and inserts rows 0, 1, 2, ... until it
+	// is killed, printing "committed N" once the insert of row N returned.
+	helperWrite = "write"
+	// helperCheck prints "rows N1,N2,..." (the rows of t, or "rows none"
+	// when t is missing) and "integrity R", the result of integrity_check.
+	helperCheck = "check"
+)
+
+// helperTimeout bounds each child: the writer until it has reported the
+// commits the test waits for, the checker until it has answered. The disk
+// answers in microseconds; the margin is for a loaded CI machine.
+const helperTimeout = time.Minute
+
 // TestSQLiteCommitsSurvivePowerCut checks the contract of Open: a write is
-// durable when it returns, also across a power cut. With SQLite's
-// synchronous NORMAL the same commits are lost, which shows that the test
-// can fail.
-//
-// It is skipped: it serves the power-cut disk and runs SQLite on it in one
-// process, and SQLite maps its WAL index (the -shm file) into memory, so a
-// page fault on that mapping blocks a thread of the Go runtime until the
-// disk answers, while the disk's server waits for the runtime (a hang of
-// the whole package, seen in a CI run). The power-cut tests of e2e/fault
-// check the same contract with the real binary, which runs in a process of
-// its own. Moving the database side into a child process would bring it
-// back.
+// durable when it returns, also across a power cut. A child process commits
+// rows on the power-cut disk and reports each once its commit returned; the
+// test kills it while it commits, cuts the power and checks, in another
+// child, that every reported row is there. With SQLite's synchronous NORMAL
+// the same commits are lost, which shows that the test can fail.
 func TestSQLiteCommitsSurvivePowerCut(t *testing.T) {
-	t.Skip("SQLite's memory-mapped WAL index on a FUSE disk served by the same process can hang the Go runtime; e2e/fault's power-cut tests cover this contract with the real binary")
 	for _, tt := range []struct {
 		name string
-		// pragma is run on the one connection before the inserts.
+		// pragma is run on the writer's one connection before the inserts.
 		pragma string
 		lost   bool
 	}{
@@ -36,48 +64,178 @@ func TestSQLiteCommitsSurvivePowerCut(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			disk := powercut.Mount(t)
-			url := "sqlite:" + filepath.Join(disk.Dir, "data", "sless.db")
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			db, _, err := sqldb.Open(url, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sqlDB, _ := db.DB()
-			sqlDB.SetMaxOpenConns(1)
-			if tt.pragma != "" {
-				if err := db.Exec(tt.pragma).Error; err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := db.Exec("CREATE TABLE t (n INTEGER)").Error; err != nil {
-				t.Fatal(err)
-			}
-			const rows = 50
-			for i := range rows {
-				if err := db.Exec("INSERT INTO t VALUES (?)", i).Error; err != nil {
-					t.Fatal(err)
-				}
-			}
-			disk.Cut() // the database stays open: it never checkpoints
-			sqlDB.Close()
+			db := filepath.Join(disk.Dir, "data", "sless.db")
+			// The cut comes while the writer commits row cutAfter or later.
+			const cutAfter = 50
+			committed := writeUntilCut(t, disk, db, tt.pragma, cutAfter)
 
-			db, _, err = sqldb.Open(url, log)
-			if err != nil {
-				t.Fatal(err)
+			rows, integrity := checkDB(t, db)
+			var missing []int
+			for _, n := range committed {
+				if !rows[n] {
+					missing = append(missing, n)
+				}
 			}
-			defer sqldb.Close(db)
-			var n int
-			err = db.Raw("SELECT count(*) FROM t").Scan(&n).Error
 			switch {
-			case tt.lost && (err == nil && n == rows):
-				t.Errorf("all %d rows survived the power cut; want the commits since the checkpoint lost", rows)
-			case !tt.lost && (err != nil || n != rows):
-				t.Errorf("rows after the power cut: %d, %v; want %d", n, err, rows)
+			case tt.lost && len(missing) == 0:
+				t.Errorf("all %d rows reported committed survived the power cut; want the commits since the checkpoint lost", len(committed))
+			case !tt.lost && len(missing) > 0:
+				t.Errorf("%d of the %d rows reported committed are missing after the power cut: %v", len(missing), len(committed), missing)
 			}
-			var check string
-			if err := db.Raw("PRAGMA integrity_check").Scan(&check).Error; err != nil || check != "ok" {
-				t.Errorf("integrity_check after the power cut: %q, %v", check, err)
+			if integrity != "ok" {
+				t.Errorf("integrity_check after the power cut: %q", integrity)
 			}
 		})
+	}
+}
+
+// writeUntilCut runs the writer child on db until it reported at least
+// cutAfter commits, kills it, cuts the disk's power and returns the rows
+// it reported committed.
+func writeUntilCut(t *testing.T, disk *powercut.Disk, db, pragma string, cutAfter int) []int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), helperTimeout)
+	defer cancel()
+	cmd := helperCommand(ctx, helperWrite, db, envPragma+"="+pragma)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the writer: %v", err)
+	}
+	var committed []int
+	sc := bufio.NewScanner(stdout)
+	for len(committed) < cutAfter && sc.Scan() {
+		n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "committed "))
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("writer: unexpected line %q\n%s", sc.Text(), stderr.String())
+		}
+		committed = append(committed, n)
+	}
+	if len(committed) < cutAfter {
+		// The scan ended: the writer exited, or was killed at the timeout.
+		err := cmd.Wait()
+		t.Fatalf("writer reported %d commits, want %d, before it ended (%v; a timeout after %v kills it):\n%s", len(committed), cutAfter, err, helperTimeout, stderr.String())
+	}
+	// The power goes while the writer commits: first every process using
+	// the disk dies, then the disk loses what was not durable.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill the writer: %v", err)
+	}
+	// Commits it reported between the last line read and its death count
+	// too.
+	for sc.Scan() {
+		if n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "committed ")); err == nil {
+			committed = append(committed, n)
+		}
+	}
+	var exitErr *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &exitErr) || exitErr.ExitCode() != -1 {
+		t.Fatalf("writer ended with %v, want killed:\n%s", err, stderr.String())
+	}
+	disk.Cut()
+	return committed
+}
+
+// checkDB runs the checker child on db and returns the rows of table t and
+// the result of integrity_check.
+func checkDB(t *testing.T, db string) (rows map[int]bool, integrity string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), helperTimeout)
+	defer cancel()
+	out, err := helperCommand(ctx, helperCheck, db).CombinedOutput()
+	if err != nil {
+		t.Fatalf("checker (killed after %v): %v\n%s", helperTimeout, err, out)
+	}
+	rows = map[int]bool{}
+	for line := range strings.Lines(string(out)) {
+		line = strings.TrimSpace(line)
+		if list, ok := strings.CutPrefix(line, "rows "); ok && list != "none" {
+			for f := range strings.SplitSeq(list, ",") {
+				n, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatalf("checker: unexpected line %q", line)
+				}
+				rows[n] = true
+			}
+		}
+		if r, ok := strings.CutPrefix(line, "integrity "); ok {
+			integrity = r
+		}
+	}
+	if integrity == "" {
+		t.Fatalf("checker gave no result:\n%s", out)
+	}
+	return rows, integrity
+}
+
+// helperCommand runs this test binary as the helper of kind on db, with
+// extra environment variables; ctx's end kills it.
+func helperCommand(ctx context.Context, kind, db string, env ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSQLitePowerCutHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), append([]string{envHelper + "=" + kind, envDB + "=" + db}, env...)...)
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
+}
+
+// TestSQLitePowerCutHelper is the child of TestSQLiteCommitsSurvivePowerCut;
+// it skips unless run as one.
+func TestSQLitePowerCutHelper(t *testing.T) {
+	kind := os.Getenv(envHelper)
+	if kind == "" {
+		t.Skip("run by TestSQLiteCommitsSurvivePowerCut")
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, _, err := sqldb.Open("sqlite:"+os.Getenv(envDB), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqldb.Close(db)
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB.SetMaxOpenConns(1)
+	switch kind {
+	case helperWrite:
+		if pragma := os.Getenv(envPragma); pragma != "" {
+			if err := db.Exec(pragma).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Exec("CREATE TABLE t (n INTEGER)").Error; err != nil {
+			t.Fatal(err)
+		}
+		// Until killed; the bound only keeps a lost parent from filling
+		// the disk.
+		for n := 0; n < 1_000_000; n++ {
+			if err := db.Exec("INSERT INTO t VALUES (?)", n).Error; err != nil {
+				t.Fatal(err)
+			}
+			fmt.Printf("committed %d\n", n)
+		}
+	case helperCheck:
+		var rows []string
+		if err := db.Raw("SELECT n FROM t ORDER BY n").Scan(&rows).Error; err != nil {
+			if !strings.Contains(err.Error(), "no such table") {
+				t.Fatal(err)
+			}
+		}
+		if len(rows) == 0 {
+			rows = []string{"none"}
+		}
+		fmt.Printf("rows %s\n", strings.Join(rows, ","))
+		var check string
+		if err := db.Raw("PRAGMA integrity_check").Scan(&check).Error; err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("integrity %s\n", check)
+	default:
+		t.Fatalf("%s=%q: want %q or %q", envHelper, kind, helperWrite, helperCheck)
 	}
 }

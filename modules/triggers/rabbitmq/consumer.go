@@ -127,20 +127,22 @@ func (c *consumer) dial() (*amqp.Connection, error) {
 
 // session is one connection's consuming.
 type session struct {
-	c          *consumer
+	c    *consumer
+	conn *amqp.Connection
+	// ch consumes the queue in transaction mode (see commit): every
+	// acknowledgement, rejection and publish on it takes effect at the
+	// commit that follows it.
 	ch         *amqp.Channel
 	tag        string
 	deliveries <-chan amqp.Delivery
-	// connClosed, chClosed and pubClosed receive the error that closes the
-	// connection or a channel; the client sends it before it closes the
-	// deliveries.
-	connClosed, chClosed, pubClosed chan *amqp.Error
+	// connClosed and chClosed receive the error that closes the connection
+	// or the channel; the client sends it before it closes the deliveries.
+	connClosed, chClosed chan *amqp.Error
 
-	// pub publishes retry copies and dead letters in confirm mode, one at
-	// a time, so that a return read after the confirmation is the one of
-	// that message.
-	pub     *amqp.Channel
-	pubMu   sync.Mutex
+	// txMu makes each transaction of ch (its operations and their commit)
+	// one at a time, so that a commit takes only its own operations along
+	// and a return read after it is that of its own publish.
+	txMu    sync.Mutex
 	returns chan amqp.Return
 
 	// ctx ends with the session or when the consumer stops: handlers then
@@ -172,13 +174,17 @@ func (c *consumer) setup(conn *amqp.Connection) (*session, error) {
 			return nil, fmt.Errorf("dead-letter %w", err)
 		}
 	}
-	s := &session{c: c, tag: "sless trigger " + c.key.String()}
+	s := &session{c: c, conn: conn, tag: "sless trigger " + c.key.String()}
 	s.connClosed = conn.NotifyClose(make(chan *amqp.Error, 1))
 	var err error
 	if s.ch, err = conn.Channel(); err != nil {
 		return nil, fmt.Errorf("open a channel: %w", err)
 	}
 	s.chClosed = s.ch.NotifyClose(make(chan *amqp.Error, 1))
+	s.returns = s.ch.NotifyReturn(make(chan amqp.Return, 1))
+	if err := s.ch.Tx(); err != nil {
+		return nil, fmt.Errorf("start transaction mode: %w", err)
+	}
 	if err := s.ch.Qos(c.spec.prefetch, 0, false); err != nil {
 		return nil, fmt.Errorf("set the prefetch: %w", err)
 	}
@@ -187,29 +193,11 @@ func (c *consumer) setup(conn *amqp.Connection) (*session, error) {
 			return nil, fmt.Errorf("bind queue %q to exchange %q with routing key %q: %w", c.spec.queue, c.spec.exchange, c.spec.routingKey, err)
 		}
 	}
-	if err := s.openPublisher(conn); err != nil {
-		return nil, err
-	}
 	if s.deliveries, err = s.ch.Consume(c.spec.queue, s.tag, false, false, false, false, nil); err != nil {
 		return nil, fmt.Errorf("consume queue %q: %w", c.spec.queue, err)
 	}
 	s.ctx, s.end = context.WithCancel(c.ctx)
 	return s, nil
-}
-
-// openPublisher opens the channel of retry copies and dead letters in
-// confirm mode.
-func (s *session) openPublisher(conn *amqp.Connection) error {
-	var err error
-	if s.pub, err = conn.Channel(); err != nil {
-		return fmt.Errorf("open a channel: %w", err)
-	}
-	s.pubClosed = s.pub.NotifyClose(make(chan *amqp.Error, 1))
-	s.returns = s.pub.NotifyReturn(make(chan amqp.Return, 1))
-	if err := s.pub.Confirm(false); err != nil {
-		return fmt.Errorf("enable publisher confirms: %w", err)
-	}
-	return nil
 }
 
 // declareQueue declares a durable queue unless it exists. It looks first
@@ -294,9 +282,6 @@ func (s *session) consume() {
 			return
 		case err := <-s.chClosed:
 			s.c.fail(closed("the channel", err))
-			return
-		case err := <-s.pubClosed:
-			s.c.fail(closed("the publishing channel", err))
 			return
 		case <-s.c.ctx.Done():
 			s.stopConsuming()

@@ -21,13 +21,15 @@ const maxReasonLen = 256
 // handle runs one delivery to its outcome: acknowledged after a 2xx answer,
 // replaced by its retry copy after a failed run while retries are left,
 // dead-lettered or rejected once they are spent, or requeued when the
-// session ends or the consumer stops before it is settled.
+// session ends or the consumer stops before it is settled. A delivery runs
+// at most once: its next run is its retry copy's.
 //
 // The count of runs travels with the message: a failed run is followed by
-// a retry copy that carries it (published to the queue with publisher
-// confirms, and only then is the delivery acknowledged), so that neither a
-// lost connection, a broker restart nor a sless restart starts the count
-// again. The copy waits for its retry time unacknowledged, held by the
+// a retry copy that carries it, published to the queue in one transaction
+// with the acknowledgement of the delivery (see republish), so that neither
+// a lost connection, a broker restart nor a sless restart starts the count
+// again, and the message is never both in the queue and replaced by its
+// copy. The copy waits for its retry time unacknowledged, held by the
 // consumer that got it: in the queue for the broker, which delivers it
 // again if the consumer goes away.
 func (s *session) handle(d amqp.Delivery) {
@@ -41,18 +43,15 @@ func (s *session) handle(d amqp.Delivery) {
 				s.settleAgain(&d, m.outcome)
 				return
 			}
-			// A run failed that the copy in hand does not count: its retry
-			// copy could not be published.
+			// A run failed that the delivery in hand does not count: the
+			// transaction of its retry copy did not commit.
 			if m.history.runs > h.runs {
 				h = m.history
 			}
 		}
 	}
-	if s.duplicateCopy(&d) {
-		return
-	}
 	attempts := c.spec.maxRetries + 1
-	for h.runs < attempts {
+	if h.runs < attempts {
 		if !s.wait(h) {
 			s.requeue(&d)
 			return
@@ -68,7 +67,8 @@ func (s *session) handle(d amqp.Delivery) {
 		// The queue's own dead-lettering takes a rejected message as it was
 		// delivered, so that one is republished too, for its headers to
 		// count the last run.
-		if (h.runs < attempts || !s.hasDeadLetterTarget()) && s.republish(&d, key, h) {
+		if h.runs < attempts || !s.hasDeadLetterTarget() {
+			s.republish(&d, key, h)
 			return
 		}
 	}
@@ -135,48 +135,32 @@ func (c *consumer) request(d *amqp.Delivery, h history) invoke.Request {
 	}
 }
 
-// republish replaces d in its queue by its retry copy, carrying h: the
-// copy is published through the default exchange, so that it reaches this
-// queue only, and d is acknowledged once the broker confirmed the copy. A
-// crash in between leaves both, and the message runs once more than it
-// should; the other order could lose it. It reports whether d was
-// replaced; when it was not (the connection is lost, or the broker refused
-// the copy), the caller keeps d and retries it in place, and the memory
-// holds the count for a redelivery.
-func (s *session) republish(d *amqp.Delivery, key string, h history) bool {
+// republish replaces d in its queue by its retry copy, carrying h: in one
+// transaction the copy is published through the default exchange, so that
+// it reaches this queue only, and d is acknowledged. The broker applies
+// both or neither, so the message is never in the queue twice: a commit
+// lost with the connection either happened (d is gone, the copy runs on)
+// or did not (d comes back, and the memory holds the count of its runs
+// for the redelivery).
+func (s *session) republish(d *amqp.Delivery, key string, h history) {
 	c := s.c
-	// Replaced before the copy is out: a copy delivered at once must not
-	// find its delivery kept (see duplicateCopy).
-	c.memory.add(key, memo{outcome: replaced})
-	if err := s.publish("", c.spec.queue, retryCopy(d, c.key, h, key)); err != nil {
-		c.memory.add(key, memo{history: h})
-		c.log.Warn("could not republish the message for its retry; retrying it in place", "message_id", d.MessageId, "error", c.scrub.scrub(err.Error()))
-		return false
+	err := s.commit(func() error {
+		if err := s.publish("", c.spec.queue, retryCopy(d, c.key, h)); err != nil {
+			return err
+		}
+		return d.Ack(false)
+	})
+	switch {
+	case errors.Is(err, errReturned):
+		// The acknowledgement was committed with it, but the queue and d
+		// with it are gone: the broker routes the default exchange to
+		// every queue there is.
+		c.log.Warn("the queue is gone; its message's retry copy with it", "message_id", d.MessageId, "error", err)
+	case err != nil:
+		c.log.Warn("could not replace the message by its retry copy; it comes back with the next session", "message_id", d.MessageId, "error", c.scrub.scrub(err.Error()))
+	default:
+		c.memory.add(key, memo{outcome: replaced})
 	}
-	s.ack(d)
-	return true
-}
-
-// duplicateCopy acknowledges d without invoking, and reports so, when d is
-// a retry copy of a delivery this trigger kept instead: the copy's
-// publication failed as far as the trigger could tell (its confirmation
-// was lost with the connection) while the broker had it, and the delivery
-// it was to replace runs on in place, or ran, counting the same runs.
-// A copy whose delivery is not remembered (the server restarted, or it was
-// forgotten) runs: a possible extra run rather than a lost one.
-func (s *session) duplicateCopy(d *amqp.Delivery) bool {
-	parent, ok := d.Headers[headerReplaces].(string)
-	if !ok {
-		return false
-	}
-	m, ok := s.c.memory.get(parent)
-	if !ok || m.outcome == replaced {
-		return false
-	}
-	s.c.log.Info("retry copy of a message that ran on in place; not invoking again", "message_id", d.MessageId)
-	s.ack(d)
-	s.c.report(triggers.EventSkipped, "a retry copy of a message that was retried in place: acknowledged without invoking")
-	return true
 }
 
 // hasDeadLetterTarget reports whether the trigger publishes dead letters
@@ -187,7 +171,9 @@ func (s *session) hasDeadLetterTarget() bool {
 
 // deadLetter takes d out of the queue after the runs of h failed and no
 // retry is left: published to the trigger's dead-letter exchange or queue
-// and then acknowledged, or, with neither, rejected.
+// and acknowledged (see publishDeadLetter), or, with neither, rejected. A
+// dead letter that cannot be published is retried with backoff while d is
+// held.
 func (s *session) deadLetter(d *amqp.Delivery, key string, h history) {
 	c := s.c
 	if !s.hasDeadLetterTarget() {
@@ -199,12 +185,16 @@ func (s *session) deadLetter(d *amqp.Delivery, key string, h history) {
 	exchange, routingKey, target := s.deadLetterTarget(h)
 	msg := deadLetterMessage(d, c.key, h)
 	for n := 1; ; n++ {
-		err := s.publish(exchange, routingKey, msg)
+		err := s.publishDeadLetter(d, key, h, exchange, routingKey, msg)
 		if err == nil {
 			if n > 1 {
 				c.ready()
 			}
 			break
+		}
+		if errors.Is(err, errSettled) {
+			c.log.Error("message dead-lettered to a queue deleted meanwhile", "message_id", d.MessageId, "error", c.scrub.scrub(err.Error()))
+			return
 		}
 		c.fail(fmt.Errorf("dead-letter a message to %s: %w", target, err))
 		if !sleep(s.ctx, c.r.cfg.retry.delay(n)) {
@@ -212,10 +202,61 @@ func (s *session) deadLetter(d *amqp.Delivery, key string, h history) {
 			return
 		}
 	}
-	c.memory.add(key, memo{outcome: ack})
-	s.ack(d)
 	c.log.Warn("message dead-lettered", "message_id", d.MessageId, "attempts", h.runs, "reason", h.why, "to", target)
 	c.report(triggers.EventDeadLettered, fmt.Sprintf("after %d attempts (%s): published to %s", h.runs, h.why, target))
+}
+
+// errSettled means that publishDeadLetter settled d although the dead
+// letter was not published.
+var errSettled = errors.New("the message was settled")
+
+// publishDeadLetter publishes msg, the dead letter of d, to exchange with
+// routingKey and acknowledges d; it returns nil once both are done, and an
+// error with d still held otherwise, or one wrapping errSettled.
+//
+// To a dead-letter queue (through the default exchange) the two are one
+// transaction, made right after the queue was declared, so that d is
+// dead-lettered once whatever fails. To an exchange the dead letter is
+// committed first and d acknowledged after it: the exchange may route it
+// to no queue, which the broker says only at the commit, and d must then
+// stay in the queue. Between the two commits a lost connection is covered
+// by the memory (the redelivery is acknowledged without running), but a
+// crash of sless dead-letters d twice.
+//
+// A dead-letter queue deleted between its declaration and the commit
+// returns the dead letter while d's acknowledgement is committed: its
+// retry copy, counting every run, is published to the queue then, to be
+// dead-lettered anew, and the error wraps errSettled.
+func (s *session) publishDeadLetter(d *amqp.Delivery, key string, h history, exchange, routingKey string, msg amqp.Publishing) error {
+	c := s.c
+	if exchange != "" {
+		if err := s.commit(func() error { return s.publish(exchange, routingKey, msg) }); err != nil {
+			return err
+		}
+		c.memory.add(key, memo{outcome: ack})
+		s.ack(d)
+		return nil
+	}
+	if err := declareQueue(s.conn, routingKey); err != nil {
+		return err
+	}
+	err := s.commit(func() error {
+		if err := s.publish("", routingKey, msg); err != nil {
+			return err
+		}
+		return d.Ack(false)
+	})
+	if !errors.Is(err, errReturned) {
+		if err == nil {
+			c.memory.add(key, memo{outcome: ack})
+		}
+		return err
+	}
+	c.memory.add(key, memo{outcome: replaced})
+	if cerr := s.commit(func() error { return s.publish("", c.spec.queue, retryCopy(d, c.key, h)) }); cerr != nil {
+		return fmt.Errorf("%w, and lost: %w; its retry copy could not be published: %w", errSettled, err, cerr)
+	}
+	return fmt.Errorf("%w: %w; its retry copy is back in the queue", errSettled, err)
 }
 
 // deadLetterTarget returns where the dead letter of a message with
@@ -230,39 +271,48 @@ func (s *session) deadLetterTarget(h history) (exchange, routingKey, target stri
 	return "", q, fmt.Sprintf("queue %q", q)
 }
 
-// publish publishes msg (a retry copy or a dead letter) as mandatory and
-// waits for the broker's confirmation. The broker sends the return of an unroutable message before
-// its confirmation, so with one publish at a time a return found after the
-// confirmation is this message's. It is part of the in-flight work that a
-// stopping consumer lets finish, so only a Stop out of time interrupts it;
-// a closing channel fails the confirmation anyway.
-func (s *session) publish(exchange, routingKey string, msg amqp.Publishing) error {
-	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	ctx := s.c.r.ctx
-	confirm, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msg)
-	if err != nil {
+// errReturned means that the broker returned a publish of a transaction:
+// no queue took it. The rest of the transaction was committed.
+var errReturned = errors.New("no queue took the message")
+
+// commit runs ops, which acknowledge, reject and publish on the consuming
+// channel, and commits them as one transaction: RabbitMQ applies a
+// transaction at its commit, its publishes and then its acknowledgements,
+// and a channel that closes before the commit discards it. When ops fail,
+// what they did is rolled back. A publish that no queue took is returned
+// at the commit, which applies the rest anyway: commit then returns an
+// error wrapping errReturned. A commit error (the channel is gone) leaves
+// it unknown whether the broker applied the transaction.
+func (s *session) commit(ops func() error) error {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if err := ops(); err != nil {
+		// A rollback fails only with the channel, which discards the
+		// transaction as well.
+		_ = s.ch.TxRollback()
 		return err
 	}
-	acked, err := confirm.WaitContext(ctx)
-	switch {
-	case err != nil:
-		return err
-	case !acked:
-		return errors.New("the broker did not confirm the message")
+	if err := s.ch.TxCommit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
 	}
+	// The broker sends a return before the commit's answer, and the client
+	// hands it over before it hands over the answer.
 	select {
 	case ret, ok := <-s.returns:
-		if !ok {
-			// The channel closed after the confirmation: a return would
-			// have come before it, so the message was routed. (A closed
-			// channel yields zero Returns, which are no return at all.)
-			return nil
+		if ok {
+			return fmt.Errorf("%w: %d %s", errReturned, ret.ReplyCode, ret.ReplyText)
 		}
-		return fmt.Errorf("no queue took the message: %d %s", ret.ReplyCode, ret.ReplyText)
 	default:
-		return nil
 	}
+	return nil
+}
+
+// publish publishes msg (a retry copy or a dead letter) as mandatory on
+// the consuming channel, within the transaction of a commit. It is part of
+// the in-flight work that a stopping consumer lets finish, so only a Stop
+// out of time interrupts it.
+func (s *session) publish(exchange, routingKey string, msg amqp.Publishing) error {
+	return s.ch.PublishWithContext(s.c.r.ctx, exchange, routingKey, true, false, msg)
 }
 
 // settleAgain settles a redelivery of a message this trigger settled
@@ -280,9 +330,9 @@ func (s *session) settleAgain(d *amqp.Delivery, o outcome) {
 }
 
 // ack acknowledges d. A failure means the connection is gone: the broker
-// redelivers d, and the settled set recognizes it.
+// redelivers d, and the memory recognizes it.
 func (s *session) ack(d *amqp.Delivery) {
-	if err := d.Ack(false); err != nil {
+	if err := s.commit(func() error { return d.Ack(false) }); err != nil {
 		s.c.log.Warn("acknowledgement failed; the redelivery will be acknowledged without invoking", "message_id", d.MessageId, "error", err)
 	}
 }
@@ -290,7 +340,7 @@ func (s *session) ack(d *amqp.Delivery) {
 // reject rejects d without requeueing it, so that the queue's dead-letter
 // settings apply.
 func (s *session) reject(d *amqp.Delivery) {
-	if err := d.Nack(false, false); err != nil {
+	if err := s.commit(func() error { return d.Nack(false, false) }); err != nil {
 		s.c.log.Warn("rejection failed; the redelivery will be rejected without invoking", "message_id", d.MessageId, "error", err)
 	}
 }
@@ -298,7 +348,7 @@ func (s *session) reject(d *amqp.Delivery) {
 // requeue returns d to the queue unsettled, for a later delivery: the
 // session ends before d's outcome is known.
 func (s *session) requeue(d *amqp.Delivery) {
-	if err := d.Nack(false, true); err != nil {
+	if err := s.commit(func() error { return d.Nack(false, true) }); err != nil {
 		// The channel is gone, and with it the broker requeued d.
 		s.c.log.Debug("requeue failed", "message_id", d.MessageId, "error", err)
 	}

@@ -15,8 +15,8 @@ const (
 	ack
 	// reject: the message was rejected to the queue's own dead-lettering.
 	reject
-	// replaced: the message was acknowledged once its retry copy, which
-	// carries its runs on, was in the queue.
+	// replaced: the message was acknowledged in the transaction that put
+	// its retry copy, which carries its runs on, in the queue.
 	replaced
 )
 
@@ -46,7 +46,7 @@ func (o outcome) past() string {
 // memo is what a trigger remembers of a message: how it was settled, or,
 // while it is not, how far its runs got. The latter covers what the broker
 // does not know yet: a run that failed when the connection was lost before
-// the retry copy that counts it could be published.
+// the transaction of the retry copy that counts it was committed.
 type memo struct {
 	outcome outcome
 	// history holds the runs of an unsettled message.

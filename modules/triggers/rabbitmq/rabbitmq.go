@@ -8,38 +8,47 @@
 //
 // Retries: the count of a message's runs travels with the message, so that
 // max_retries holds across lost connections, broker restarts and sless
-// restarts. After a failed invocation (an error or a non-2xx answer) with
-// retries left, the consumer publishes a retry copy of the message to its
-// queue (through the default exchange, with publisher confirms) whose
-// headers say how many runs failed (x-sless-attempts), why the last did
-// (x-sless-error), when the next may start (x-sless-retry-at: exponential
-// backoff) and where the message was first published; only once the broker
-// confirmed the copy is the delivery acknowledged. The consumer that gets
-// the copy holds it unacknowledged until its retry time, so that it waits
-// in the broker and goes back to the queue if that consumer goes away. Once
-// the retries are spent the message is dead-lettered to the trigger's
-// dead-letter exchange or queue (published with confirms, then
-// acknowledged), its x-sless-attempts counting every run; with neither, it
-// is republished once more so that its headers count the last run, and
-// then rejected so that the queue's own dead-letter settings apply.
+// restarts. The consuming channel is in transaction mode. After a failed
+// invocation (an error or a non-2xx answer) with retries left, the
+// consumer publishes a retry copy of the message to its queue (through the
+// default exchange) whose headers say how many runs failed
+// (x-sless-attempts), why the last did (x-sless-error), when the next may
+// start (x-sless-retry-at: exponential backoff) and where the message was
+// first published, and acknowledges the delivery in the same transaction:
+// the broker applies both or neither, so a crash or a lost connection at
+// any moment leaves the message in the queue once, as the delivery or as
+// its copy. The consumer that gets the copy holds it unacknowledged until
+// its retry time, so that it waits in the broker and goes back to the
+// queue if that consumer goes away. Once the retries are spent the message
+// is dead-lettered, its x-sless-attempts counting every run: to the
+// trigger's dead-letter queue in one transaction with its
+// acknowledgement, so that it is dead-lettered once; to its dead-letter
+// exchange first and acknowledged after, since the exchange may route it
+// nowhere (the broker says so only at the commit), in which case it stays
+// and the dead letter is retried: a crash of sless between the two commits
+// dead-letters it twice. With neither, it is republished once more so that
+// its headers count the last run, and then rejected so that the queue's
+// own dead-letter settings apply.
 //
 // Why headers rather than the broker's count: x-delivery-count exists on
 // quorum queues only, and sless declares (and users have) classic durable
 // queues; it also counts redeliveries that ran nothing (a consumer that
-// went away with prefetched messages). The copy's one weakness is the
-// moment between its confirmation and the acknowledgement of the delivery
-// it replaces: a crash there runs the message once more (a run killed by a
-// crash of sless is not counted either); the other order could lose it.
+// went away with prefetched messages). A run whose transaction did not
+// commit (sless crashed during the run or before its commit) is not
+// counted and runs again. Transactions cost a round trip per settled
+// message, and they hold as far as the broker's own acknowledgements do: a
+// broker that crashes (rather than stops) may bring back a message whose
+// acknowledgement it had not written yet, as for any consumer.
 //
 // Delivery guarantee: at least once, and settled work is not repeated. A
-// message is acknowledged only after an invocation answered 2xx, after its
-// retry copy or dead letter was confirmed; until then it is unacknowledged,
+// message is acknowledged only after an invocation answered 2xx, with its
+// retry copy or dead letter, or after it; until then it is unacknowledged,
 // so a lost connection or a crash returns it to the queue and it runs
 // again. A message whose invocation succeeded but whose acknowledgement was
 // lost (the connection died in between) comes back redelivered; the
 // consumer then acknowledges it without invoking again (and a lost
 // rejection is rejected again), and a failed run whose retry copy could not
-// be published is counted on the redelivery. For that each trigger
+// be committed is counted on the redelivery. For that each trigger
 // remembers what happened to the last 10,000 messages it handled: by
 // message_id (and the runs its copy counts) when they have one, and
 // otherwise by a hash of exchange, routing key, headers and body, which is

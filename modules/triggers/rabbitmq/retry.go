@@ -26,11 +26,6 @@ const (
 	// published: a retry copy goes through the default exchange.
 	headerExchange   = "x-sless-original-exchange"
 	headerRoutingKey = "x-sless-original-routing-key"
-	// headerReplaces is the settled key (see settledKey) of the delivery a
-	// retry copy replaces, so that a copy published while its delivery was
-	// kept (its confirmation lost with the connection, though the broker
-	// had it) is recognized as a duplicate.
-	headerReplaces = "x-sless-replaces"
 )
 
 // history is what a delivery says of its message's earlier runs. A message
@@ -104,10 +99,9 @@ func intHeader(t amqp.Table, name string) (int64, bool) {
 
 // retryCopy is the copy of d that replaces it in its queue after a failed
 // run, carrying h.
-func retryCopy(d *amqp.Delivery, key triggers.Key, h history, replaces string) amqp.Publishing {
+func retryCopy(d *amqp.Delivery, key triggers.Key, h history) amqp.Publishing {
 	msg := republished(d, key, h)
 	msg.Headers[headerRetryAt] = h.retryAt.UnixMilli()
-	msg.Headers[headerReplaces] = replaces
 	return msg
 }
 
@@ -115,7 +109,6 @@ func retryCopy(d *amqp.Delivery, key triggers.Key, h history, replaces string) a
 func deadLetterMessage(d *amqp.Delivery, key triggers.Key, h history) amqp.Publishing {
 	msg := republished(d, key, h)
 	delete(msg.Headers, headerRetryAt)
-	delete(msg.Headers, headerReplaces)
 	return msg
 }
 

@@ -3,7 +3,6 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -151,40 +150,5 @@ func TestRetryCopyBeyondBudget(t *testing.T) {
 	}
 	if d := h.get("dead"); d.Headers["x-sless-attempts"] != int32(5) {
 		t.Errorf("dead letter with headers %v; want 5 attempts", d.Headers)
-	}
-}
-
-// TestDuplicateRetryCopy covers a retry copy whose publication the trigger
-// took as failed (its confirmation was lost with the connection) although
-// the broker had it: the delivery it was to replace ran on in place,
-// counting the same runs, so the copy is acknowledged without invoking.
-// A copy of a delivery that was replaced, or that the trigger does not
-// remember, runs.
-func TestDuplicateRetryCopy(t *testing.T) {
-	h := newHarness(t, alwaysFail)
-	tr := h.retriedTrigger()
-	h.applyReady(tr)
-	h.r.mu.Lock()
-	mem := h.r.consumers[tr.Key()].memory
-	h.r.mu.Unlock()
-	mem.add("id:1:kept", memo{history: history{runs: 2, why: "status 500: boom"}})
-	mem.add("id:1:replaced", memo{outcome: replaced})
-	copyOf := func(id, replaces string) amqp.Publishing {
-		return amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{
-			headerAttempts: int32(2), headerRetryAt: time.Now().UnixMilli(), headerError: "status 500: boom", headerReplaces: replaces}}
-	}
-	h.publish("", "jobs", copyOf("kept", "id:1:kept"))
-	h.waitEvents(triggers.EventSkipped, "a retry copy of a message that was retried in place", 1)
-	h.publish("", "jobs", copyOf("replaced", "id:1:replaced"))
-	h.publish("", "jobs", copyOf("unknown", "id:1:unknown"))
-	h.waitEvents(triggers.EventDeadLettered, "after 3 attempts", 2)
-	h.waitCounts("jobs", 0, 0)
-	var ran []string
-	for _, r := range h.inv.requests() {
-		ran = append(ran, string(r.Body))
-	}
-	slices.Sort(ran)
-	if diff := cmp.Diff([]string{"replaced", "unknown"}, ran); diff != "" {
-		t.Errorf("copies that ran (-want +got):\n%s", diff)
 	}
 }

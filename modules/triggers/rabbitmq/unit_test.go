@@ -138,12 +138,12 @@ func TestRepublished(t *testing.T) {
 	}
 	key := triggers.Key{Namespace: "ns", Name: "t"}
 	h := historyOf(d).failed("status 500", time.Minute)
-	p := retryCopy(d, key, h, "id:0:m")
-	if p.Headers[headerReplaces] != "id:0:m" {
-		t.Errorf("retry copy names the delivery it replaces as %v; want id:0:m", p.Headers[headerReplaces])
+	p := retryCopy(d, key, h)
+	if p.Headers[headerRetryAt] != h.retryAt.UnixMilli() {
+		t.Errorf("retry copy's %s is %v; want %d", headerRetryAt, p.Headers[headerRetryAt], h.retryAt.UnixMilli())
 	}
-	if dl := deadLetterMessage(&amqp.Delivery{Headers: p.Headers}, key, h); dl.Headers[headerReplaces] != nil {
-		t.Errorf("a dead letter carries %s: %v", headerReplaces, dl.Headers[headerReplaces])
+	if dl := deadLetterMessage(&amqp.Delivery{Headers: p.Headers}, key, h); dl.Headers[headerRetryAt] != nil {
+		t.Errorf("a dead letter carries %s: %v", headerRetryAt, dl.Headers[headerRetryAt])
 	}
 	if p.Expiration != "" || p.UserId != "" {
 		t.Errorf("retry copy keeps expiration %q and user id %q; want neither", p.Expiration, p.UserId)
