@@ -144,6 +144,11 @@ type session struct {
 	// and a return read after it is that of its own publish.
 	txMu    sync.Mutex
 	returns chan amqp.Return
+	// settleMu guards the settlements waiting for a shared commit (see
+	// settle) and whether a run commits them now.
+	settleMu  sync.Mutex
+	unsettled []*settlement
+	settling  bool
 
 	// ctx ends with the session or when the consumer stops: handlers then
 	// stop retrying and requeue their messages, since they could no longer

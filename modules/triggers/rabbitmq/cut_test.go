@@ -74,7 +74,9 @@ const (
 	classBasic       = 60
 	methodPublish    = 40
 	methodConfirmAck = 80 // basic.ack from the broker: a publisher confirmation
+	methodAck        = 80 // basic.ack from the client: an acknowledgement
 	classTx          = 90
+	methodCommit     = 20
 	methodCommitOk   = 21
 )
 
@@ -98,8 +100,10 @@ type cutProxy struct {
 	n         int64
 	ln        net.Listener
 	publishes atomic.Int64
-	once      sync.Once
-	conns     sync.WaitGroup
+	// acks and commits count the client's acknowledgements and commits.
+	acks, commits atomic.Int64
+	once          sync.Once
+	conns         sync.WaitGroup
 
 	mu sync.Mutex
 	// open holds the connections of both sides, closed when t ends.
@@ -153,8 +157,14 @@ func (p *cutProxy) accept() {
 		p.conns.Go(func() {
 			defer closeBoth()
 			err := p.forward(broker, client, true, func(frameType byte, class, method uint16) action {
-				if frameType == frameMethod && class == classBasic && method == methodPublish {
+				switch {
+				case frameType != frameMethod:
+				case class == classBasic && method == methodPublish:
 					p.publishes.Add(1)
+				case class == classBasic && method == methodAck:
+					p.acks.Add(1)
+				case class == classTx && method == methodCommit:
+					p.commits.Add(1)
 				}
 				return pass
 			})

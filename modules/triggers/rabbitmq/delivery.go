@@ -329,10 +329,70 @@ func (s *session) settleAgain(d *amqp.Delivery, o outcome) {
 	c.report(triggers.EventSkipped, fmt.Sprintf("a redelivery of a message already %s: settled again without invoking", o.past()))
 }
 
+// settlement is an acknowledgement or rejection waiting for a commit
+// shared with others (see settle).
+type settlement struct {
+	op func() error
+	// done gets the outcome of the commit that took op along, or
+	// errYourTurn.
+	done chan error
+}
+
+// errYourTurn tells a waiting settlement that its run commits the
+// settlements waiting now, its own among them.
+var errYourTurn = errors.New("commit the waiting settlements")
+
+// settle runs op, which acknowledges or rejects a delivery and publishes
+// nothing, and commits it, in one transaction with the settlements that
+// other runs asked for while a commit was in progress: under load one
+// round trip to the broker settles many messages. The run that finds no
+// commit in progress commits the waiting settlements, once, then hands the
+// next group to one of its waiting runs. Grouping does not weaken what a
+// transaction holds: each op is a whole settlement, and an op that fails
+// (the channel is gone) fails the group, whose operations the closing
+// channel discards anyway.
+func (s *session) settle(op func() error) error {
+	u := &settlement{op: op, done: make(chan error, 1)}
+	s.settleMu.Lock()
+	s.unsettled = append(s.unsettled, u)
+	if s.settling {
+		s.settleMu.Unlock()
+		if err := <-u.done; err != errYourTurn {
+			return err
+		}
+		s.settleMu.Lock()
+	}
+	s.settling = true
+	group := s.unsettled
+	s.unsettled = nil
+	s.settleMu.Unlock()
+	err := s.commit(func() error {
+		for _, g := range group {
+			if err := g.op(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, g := range group {
+		if g != u {
+			g.done <- err
+		}
+	}
+	s.settleMu.Lock()
+	if len(s.unsettled) > 0 {
+		s.unsettled[0].done <- errYourTurn
+	} else {
+		s.settling = false
+	}
+	s.settleMu.Unlock()
+	return err
+}
+
 // ack acknowledges d. A failure means the connection is gone: the broker
 // redelivers d, and the memory recognizes it.
 func (s *session) ack(d *amqp.Delivery) {
-	if err := s.commit(func() error { return d.Ack(false) }); err != nil {
+	if err := s.settle(func() error { return d.Ack(false) }); err != nil {
 		s.c.log.Warn("acknowledgement failed; the redelivery will be acknowledged without invoking", "message_id", d.MessageId, "error", err)
 	}
 }
@@ -340,7 +400,7 @@ func (s *session) ack(d *amqp.Delivery) {
 // reject rejects d without requeueing it, so that the queue's dead-letter
 // settings apply.
 func (s *session) reject(d *amqp.Delivery) {
-	if err := s.commit(func() error { return d.Nack(false, false) }); err != nil {
+	if err := s.settle(func() error { return d.Nack(false, false) }); err != nil {
 		s.c.log.Warn("rejection failed; the redelivery will be rejected without invoking", "message_id", d.MessageId, "error", err)
 	}
 }
@@ -348,7 +408,7 @@ func (s *session) reject(d *amqp.Delivery) {
 // requeue returns d to the queue unsettled, for a later delivery: the
 // session ends before d's outcome is known.
 func (s *session) requeue(d *amqp.Delivery) {
-	if err := s.commit(func() error { return d.Nack(false, true) }); err != nil {
+	if err := s.settle(func() error { return d.Nack(false, true) }); err != nil {
 		// The channel is gone, and with it the broker requeued d.
 		s.c.log.Debug("requeue failed", "message_id", d.MessageId, "error", err)
 	}

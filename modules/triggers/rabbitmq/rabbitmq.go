@@ -35,9 +35,12 @@
 // queues; it also counts redeliveries that ran nothing (a consumer that
 // went away with prefetched messages). A run whose transaction did not
 // commit (sless crashed during the run or before its commit) is not
-// counted and runs again. Transactions cost a round trip per settled
-// message, and they hold as far as the broker's own acknowledgements do: a
-// broker that crashes (rather than stops) may bring back a message whose
+// counted and runs again. Transactions cost a round trip to the broker,
+// which concurrent acknowledgements and rejections share (one commit
+// settles the messages that finished while the previous commit was in
+// progress); a retry copy or dead letter has a commit of its own. They
+// hold as far as the broker's own acknowledgements do: a broker that
+// crashes (rather than stops) may bring back a message whose
 // acknowledgement it had not written yet, as for any consumer.
 //
 // Delivery guarantee: at least once, and settled work is not repeated. A

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -309,6 +310,36 @@ func TestPrefetchBoundsConcurrency(t *testing.T) {
 	h.waitCounts("jobs", 0, 0)
 	if _, most := h.inv.load(); most != 2 {
 		t.Errorf("at most %d invocations in flight; want 2", most)
+	}
+}
+
+// TestSettlementsShareCommits: messages whose invocations end together are
+// acknowledged in fewer transactions than messages, each of them once.
+func TestSettlementsShareCommits(t *testing.T) {
+	const n = 20
+	release := make(chan struct{})
+	h := newHarness(t, blockUntil(release))
+	proxy := startCutProxy(t, h.url, math.MaxInt) // counts, never cuts
+	tr := h.trigger(func(s *triggers.RabbitMQSpec) { s.Prefetch = n })
+	tr.URL = proxy.url
+	h.applyReady(tr)
+	for i := range n {
+		h.publish("", "jobs", amqp.Publishing{Body: fmt.Appendf(nil, "%d", i)})
+	}
+	eventually(t, func() error {
+		if got, _ := h.inv.load(); got != n {
+			return fmt.Errorf("%d invocations in flight; want %d", got, n)
+		}
+		return nil
+	})
+	close(release)
+	h.waitEvents(triggers.EventSucceeded, "", n)
+	h.waitCounts("jobs", 0, 0)
+	if acks := proxy.acks.Load(); acks != n {
+		t.Errorf("%d acknowledgements; want %d", acks, n)
+	}
+	if commits := proxy.commits.Load(); commits >= n {
+		t.Errorf("%d commits for %d acknowledgements; want them to share commits", commits, n)
 	}
 }
 
