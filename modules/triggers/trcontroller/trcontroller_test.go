@@ -85,6 +85,9 @@ type cluster struct {
 	triggers  *crstore.Triggers
 	jobs      *crstore.Jobs
 	lease     string
+	// ingress is where the replicas started next make the Ingresses of
+	// http triggers.
+	ingress trcontroller.IngressOptions
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -98,7 +101,8 @@ func newCluster(t *testing.T) *cluster {
 	return &cluster{env: env, functions: fns,
 		triggers: crstore.NewTriggers(env.Client, crstore.Options{NamespacePrefix: prefix}),
 		jobs:     crstore.NewJobs(env.Client, crstore.Options{NamespacePrefix: prefix}),
-		lease:    "sless-test-" + strings.ToLower(rand.Text()[:8])}
+		lease:    "sless-test-" + strings.ToLower(rand.Text()[:8]),
+		ingress:  trcontroller.IngressOptions{Namespace: "default", Service: "sless"}}
 }
 
 // replica is one server's triggers module and controllers, wired as the
@@ -128,6 +132,7 @@ func (c *cluster) start(t *testing.T) *replica {
 			func() triggers.Store { return c.triggers },
 			func() *crstore.Jobs { return c.jobs },
 			func() triggers.JobStore { return c.jobs },
+			func() trcontroller.IngressOptions { return c.ingress },
 			func() (manager.Manager, error) {
 				return crdriver.NewManager(c.env.Config, c.env.Scheme, crdriver.ManagerOptions{LeaderElection: true,
 					LeaderElectionNamespace: "default", LeaderElectionID: c.lease}, discard)
