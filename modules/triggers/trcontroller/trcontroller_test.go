@@ -37,17 +37,34 @@ func TestMain(m *testing.M) { os.Exit(kubeenv.Main(m)) }
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// invoker records the invocations of one replica and answers 200.
+// invoker records the invocations of one replica and answers 200, after
+// delay.
 type invoker struct {
+	delay time.Duration
 	mu    sync.Mutex
 	calls []invoke.Request
 }
 
 func (i *invoker) Invoke(_ context.Context, req invoke.Request) (*invoke.Response, error) {
+	time.Sleep(i.delay)
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.calls = append(i.calls, req)
 	return &invoke.Response{InvocationID: req.InvocationID, StatusCode: 200, Body: []byte(`{"ok":true}`)}, nil
+}
+
+// bodies counts the invocations from trigger kind and name by request
+// body.
+func (i *invoker) bodies(kind, name string) map[string]int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	out := map[string]int{}
+	for _, c := range i.calls {
+		if c.TriggerKind == kind && c.TriggerName == name {
+			out[string(c.Body)]++
+		}
+	}
+	return out
 }
 
 // count returns how many invocations came from trigger kind and name.
@@ -117,7 +134,13 @@ type replica struct {
 // start starts a replica that stands for election in the cluster's lease.
 func (c *cluster) start(t *testing.T) *replica {
 	t.Helper()
-	r := &replica{invoker: &invoker{}}
+	return c.startSlow(t, 0)
+}
+
+// startSlow starts a replica whose invocations take delay.
+func (c *cluster) startSlow(t *testing.T, delay time.Duration) *replica {
+	t.Helper()
+	r := &replica{invoker: &invoker{delay: delay}}
 	r.app = fxtest.New(t,
 		fx.NopLogger,
 		fx.Supply(discard),
