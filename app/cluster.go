@@ -158,6 +158,9 @@ func clusterOptions(c Config) fx.Option {
 			func(s *trcrstore.Triggers) triggers.Store { return s },
 			func(api *kubeAPI) *trcrstore.Jobs { return trcrstore.NewJobs(api.client, trcrstore.Options{}) },
 			func(s *trcrstore.Jobs) triggers.JobStore { return s },
+			func() trcontroller.IngressOptions {
+				return trcontroller.IngressOptions{Namespace: c.IngressNamespace, Service: c.IngressService}
+			},
 			func(api *kubeAPI, log *slog.Logger) (manager.Manager, error) {
 				return newManager(c, api, log)
 			},

@@ -54,6 +54,14 @@ type Config struct {
 	// kubernetes mode writes every function's /fn URL into its Function's
 	// status. Default none.
 	PublicURL string
+	// IngressNamespace is the sless server's namespace, where the
+	// kubernetes mode keeps the Ingresses of http triggers (an Ingress
+	// routes to Services of its own namespace only); default sless.
+	IngressNamespace string
+	// IngressService is the sless server's Service in IngressNamespace,
+	// whose port named http the Ingresses of http triggers route /fn to;
+	// default sless.
+	IngressService string
 	// InstanceRuntimeClass runs the kubernetes mode's function pods with
 	// this RuntimeClass (gVisor, Kata); default none, the cluster's default.
 	InstanceRuntimeClass string
@@ -199,6 +207,8 @@ var settings = []setting{
 	{name: "leader-elect", usage: "in the kubernetes mode, elect one replica to run the controllers and trigger runners (false: for a single replica only)"},
 	{name: "leader-election-namespace", usage: "namespace of the kubernetes mode's leader election Lease (default: the server's pod's)"},
 	{name: "public-url", usage: "the server's address as users reach it, such as https://sless.example.com; the kubernetes mode shows each function's /fn URL in its Function's status (default: none)"},
+	{name: "ingress-namespace", usage: "the server's namespace, where the kubernetes mode makes the Ingresses of http triggers that ask for one"},
+	{name: "ingress-service", usage: "the server's Service in ingress-namespace, whose port named http the Ingresses of http triggers route /fn to"},
 	{name: "instance-runtime-class", usage: "RuntimeClass of the kubernetes mode's function pods, such as gvisor (default: none, the cluster's default runtime)"},
 	{name: "listen", usage: "address of the API and of /fn"},
 	{name: "data-dir", usage: "directory of the database, blobs, artifacts and generated token (default $XDG_DATA_HOME/sless, else ~/.local/share/sless)"},
@@ -256,7 +266,7 @@ var settings = []setting{
 // --config for the config file.
 func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	lim := safezip.DefaultLimits()
-	*cfg = Config{Mode: "embedded", LeaderElect: true, Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
+	*cfg = Config{Mode: "embedded", LeaderElect: true, IngressNamespace: "sless", IngressService: "sless", Listen: "127.0.0.1:8080", LogLevel: "info", LogFormat: "text", BuildTimeout: 10 * time.Minute, BuildLimits: lim,
 		IdleTimeout: 5 * time.Minute, Prestart: 1, QueueDepth: 100, MaxRequestBytes: 6 << 20, MaxResultBytes: 6 << 20, InvocationRetention: 7 * 24 * time.Hour,
 		ImagePlatform: "linux/amd64", KanikoNamespace: "sless-builds", KanikoImage: kanikosettings.DefaultImage,
 		KanikoFetchImage: kanikosettings.DefaultFetchImage, KanikoCPU: kanikosettings.DefaultCPU, KanikoMemory: kanikosettings.DefaultMemory, JournalSync: journal.DefaultSyncInterval, JournalMaxBytes: journal.DefaultMaxBytes,
@@ -267,6 +277,7 @@ func AddFlags(fs *pflag.FlagSet, cfg *Config) {
 	vars := map[string]any{
 		"mode": &cfg.Mode, "kubeconfig": &cfg.Kubeconfig, "leader-elect": &cfg.LeaderElect,
 		"leader-election-namespace": &cfg.LeaderElectionNamespace, "public-url": &cfg.PublicURL,
+		"ingress-namespace": &cfg.IngressNamespace, "ingress-service": &cfg.IngressService,
 		"instance-runtime-class": &cfg.InstanceRuntimeClass, "listen": &cfg.Listen,
 		"data-dir": &cfg.DataDir, "api-token": &cfg.APIToken,
 		"database-url": &cfg.DatabaseURL, "blob-url": &cfg.BlobURL,
@@ -423,6 +434,12 @@ func (c *Config) validate() error {
 		if errs := k8svalidation.IsDNS1123Label(c.LeaderElectionNamespace); len(errs) > 0 {
 			bad("leader-election-namespace", "%q is not a namespace name: %s", c.LeaderElectionNamespace, strings.Join(errs, "; "))
 		}
+	}
+	if errs := k8svalidation.IsDNS1123Label(c.IngressNamespace); len(errs) > 0 {
+		bad("ingress-namespace", "%q is not a namespace name: %s", c.IngressNamespace, strings.Join(errs, "; "))
+	}
+	if errs := k8svalidation.IsDNS1035Label(c.IngressService); len(errs) > 0 {
+		bad("ingress-service", "%q is not a Service name: %s", c.IngressService, strings.Join(errs, "; "))
 	}
 	if c.PublicURL != "" {
 		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {

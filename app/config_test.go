@@ -149,9 +149,14 @@ func TestKubernetesModeSettings(t *testing.T) {
 	if !cfg.LeaderElect || cfg.LeaderElectionNamespace != "" {
 		t.Errorf("leader election: %v in %q; want on, in the pod's namespace", cfg.LeaderElect, cfg.LeaderElectionNamespace)
 	}
+	if cfg.IngressNamespace != "sless" || cfg.IngressService != "sless" {
+		t.Errorf("ingresses route to service %q of namespace %q; want sless of sless (deploy/base)", cfg.IngressService, cfg.IngressNamespace)
+	}
 	for _, c := range []struct{ args, want string }{
 		{"--mode=cluster", `mode (SLESS_MODE): "cluster" is not one of embedded, kubernetes`},
 		{"--leader-election-namespace=Sless", "leader-election-namespace (SLESS_LEADER_ELECTION_NAMESPACE)"},
+		{"--ingress-namespace=", "ingress-namespace (SLESS_INGRESS_NAMESPACE)"},
+		{"--ingress-service=1sless", "ingress-service (SLESS_INGRESS_SERVICE)"},
 		{"--instance-runtime-class=g_visor", "instance-runtime-class (SLESS_INSTANCE_RUNTIME_CLASS)"},
 		{"--public-url=sless.example.com", "public-url (SLESS_PUBLIC_URL)"},
 	} {

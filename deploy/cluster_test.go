@@ -209,6 +209,10 @@ func TestRBAC(t *testing.T) {
 			allowed = append(allowed, access{verb, gr[0], gr[1], "", tenant})
 		}
 	}
+	// The Ingresses of http triggers, in the server's own namespace.
+	for _, verb := range []string{"create", "patch", "delete"} {
+		allowed = append(allowed, access{verb, "networking.k8s.io", "ingresses", "", slessNamespace})
+	}
 	allowed = append(allowed,
 		access{"create", "", "events", "", tenant}, access{"patch", "", "events", "", tenant},
 		access{"get", "coordination.k8s.io", "leases", "", slessNamespace},
@@ -225,6 +229,7 @@ func TestRBAC(t *testing.T) {
 		{"get", "", "secrets", "", tenant}, {"list", "", "secrets", "", ""}, {"watch", "", "secrets", "", "kube-system"},
 		// The server does not read what it applies.
 		{"get", "apps", "deployments", "", tenant}, {"get", "", "services", "", tenant}, {"get", "", "events", "", tenant},
+		{"get", "networking.k8s.io", "ingresses", "", slessNamespace}, {"list", "networking.k8s.io", "ingresses", "", ""},
 		{"create", "", "pods", "", tenant}, {"create", "", "pods", "exec", kanikoNamespace}, {"create", "", "pods", "", kanikoNamespace},
 		{"create", "batch", "jobs", "", tenant}, {"create", "batch", "jobs", "", slessNamespace},
 		{"delete", "", "namespaces", "", ""},

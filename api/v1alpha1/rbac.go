@@ -32,6 +32,12 @@ package v1alpha1
 // +kubebuilder:rbac:groups="",resources=services;secrets,verbs=create;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=create;patch;delete
 //
+// The trigger controller applies the Ingress of an http trigger that asks
+// for one, in the server's namespace, with server-side apply, and deletes
+// it (modules/triggers/trcontroller); it never reads one.
+//
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=create;patch;delete
+//
 // The function controller records an Event on a Function at each transition
 // of its status (fncontroller).
 //

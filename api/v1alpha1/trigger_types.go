@@ -44,6 +44,36 @@ type HTTPTriggerSpec struct {
 	// +kubebuilder:default=none
 	// +optional
 	Auth string `json:"auth,omitempty"`
+
+	// Ingress, when set, asks for an Ingress that routes Host's
+	// /fn/{namespace}/{function} (prefix) to the sless server's Service:
+	// calls go through /fn, never straight to the function's pods. It lives
+	// in the sless server's namespace and exists while the trigger is
+	// enabled.
+	// +optional
+	Ingress *IngressSpec `json:"ingress,omitempty"`
+}
+
+// IngressSpec is the Ingress of an http trigger.
+type IngressSpec struct {
+	// Host is the DNS name the Ingress serves, such as hello.example.com.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Host string `json:"host"`
+
+	// ClassName is the IngressClass; empty means the cluster's default.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	ClassName string `json:"className,omitempty"`
+
+	// TLSSecret names a kubernetes.io/tls Secret of the sless server's
+	// namespace with Host's certificate; empty means plain HTTP.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	TLSSecret string `json:"tlsSecret,omitempty"`
 }
 
 // CronTriggerSpec holds the fields of cron triggers.

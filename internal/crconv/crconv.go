@@ -153,6 +153,9 @@ func TriggerSpecToCR(spec triggers.Spec) v1alpha1.TriggerSpec {
 	out := v1alpha1.TriggerSpec{Function: spec.Function, Type: spec.Type, Enabled: clonePtr(spec.Enabled)}
 	if spec.HTTPSpec != (triggers.HTTPSpec{}) {
 		out.HTTP = &v1alpha1.HTTPTriggerSpec{Auth: spec.Auth}
+		if in := spec.Ingress; in != nil {
+			out.HTTP.Ingress = &v1alpha1.IngressSpec{Host: in.Host, ClassName: in.ClassName, TLSSecret: in.TLSSecret}
+		}
 	}
 	c := &spec.CronSpec
 	if c.Schedule != "" || c.Timezone != "" || len(c.Payload) > 0 || c.ConcurrencyPolicy != "" || c.PrewarmSeconds != 0 {
@@ -222,6 +225,9 @@ func TriggerFromCR(cr *v1alpha1.Trigger, ns string) *triggers.Trigger {
 	}
 	if h := s.HTTP; h != nil {
 		t.HTTPSpec = triggers.HTTPSpec{Auth: h.Auth}
+		if in := h.Ingress; in != nil {
+			t.Ingress = &triggers.IngressSpec{Host: in.Host, ClassName: in.ClassName, TLSSecret: in.TLSSecret}
+		}
 	}
 	if c := s.Cron; c != nil {
 		t.CronSpec = triggers.CronSpec{

@@ -43,7 +43,8 @@ func fullTrigger() *triggers.Trigger {
 	return &triggers.Trigger{
 		Name: "orders", Namespace: "team-a",
 		Spec: triggers.Spec{Function: "hello", Type: triggers.TypeRabbitMQ, Enabled: &on,
-			HTTPSpec: triggers.HTTPSpec{Auth: triggers.AuthToken},
+			HTTPSpec: triggers.HTTPSpec{Auth: triggers.AuthToken,
+				Ingress: &triggers.IngressSpec{Host: "hello.example.com", ClassName: "nginx", TLSSecret: "hello-tls"}},
 			CronSpec: triggers.CronSpec{Schedule: "@every 1m", Timezone: "Europe/Berlin",
 				Payload: json.RawMessage(`{"z":1,"a":12345678901234567890}`), ConcurrencyPolicy: triggers.PolicyForbid, PrewarmSeconds: 5},
 			RabbitMQSpec: triggers.RabbitMQSpec{URL: "amqp://u:p@mq/vh", Queue: "q", Exchange: "x", RoutingKey: "r.*",

@@ -87,6 +87,18 @@ func Job(job string, runID int64) string {
 	return fit("job-", job+"-"+strconv.FormatInt(runID, 10), MaxLabel)
 }
 
+// TriggerLabel is the label whose value is the name of the trigger
+// (LabelValue of it) that an object of the cluster mode serves, such as the
+// Ingress of an http trigger.
+const TriggerLabel = "sless.kube5s.ru/trigger"
+
+// TriggerIngress is the name of the Ingress of http trigger trigger of API
+// namespace ns. The Ingresses of every namespace share the sless server's
+// namespace, so the name holds both: "trigger-", ns, "." and trigger (at
+// most 135 characters, within the 253 of an Ingress name). Neither name
+// has a dot, so distinct pairs give distinct names.
+func TriggerIngress(ns, trigger string) string { return "trigger-" + ns + "." + trigger }
+
 // LabelValue is v made into a valid label value: v itself when it fits in
 // MaxLabel characters, else shortened with a hash as child names are. v
 // must consist of characters a label value allows (as every API name

@@ -49,6 +49,10 @@ func checkDerived(t *testing.T, name string) {
 	if errs := k8svalidation.IsDNS1123Label(Namespace(name)); len(errs) > 0 {
 		t.Errorf("Namespace(%q) is not valid: %v", name, errs)
 	}
+	// An Ingress name is a DNS-1123 subdomain.
+	if got := TriggerIngress(name, name); len(k8svalidation.IsDNS1123Subdomain(got)) > 0 {
+		t.Errorf("TriggerIngress(%q, %q) = %q is not valid: %v", name, name, got, k8svalidation.IsDNS1123Subdomain(got))
+	}
 }
 
 func TestDerivedNamesAreValid(t *testing.T) {
@@ -84,6 +88,7 @@ func TestNamesThatFitAreKept(t *testing.T) {
 		{CronJob("nightly"), "cron-nightly"},
 		{Job("import", 3), "job-import-3"},
 		{LabelValue(strings.Repeat("a", 63)), strings.Repeat("a", 63)},
+		{TriggerIngress("team-a", "web"), "trigger-team-a.web"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
@@ -94,6 +99,10 @@ func TestNamesThatFitAreKept(t *testing.T) {
 func TestShortenedNamesStayDistinctAndStable(t *testing.T) {
 	a := strings.Repeat("a", 60) + "-one"
 	b := strings.Repeat("a", 60) + "-two"
+	// The namespace and the trigger are told apart, where a dash would not.
+	if TriggerIngress("a-b", "c") == TriggerIngress("a", "b-c") {
+		t.Errorf("TriggerIngress of (a-b, c) and (a, b-c) are both %q", TriggerIngress("a", "b-c"))
+	}
 	if CronJob(a) == CronJob(b) {
 		t.Errorf("CronJob(%q) and CronJob(%q) are both %q", a, b, CronJob(a))
 	}

@@ -112,6 +112,31 @@ func CheckName(name string) string {
 	return ""
 }
 
+// MaxDNSNameLength is the longest DNS name (a DNS-1123 subdomain): a host
+// name, or the name of a Kubernetes object such as a Secret or an
+// IngressClass.
+const MaxDNSNameLength = 253
+
+// CheckDNSName returns why name is not a DNS-1123 subdomain, or "": at most
+// MaxDNSNameLength characters, dot-separated labels of lower-case letters,
+// digits and '-' that start and end with a letter or digit, such as
+// hello.example.com. A long name is not quoted back.
+func CheckDNSName(name string) string {
+	switch {
+	case name == "":
+		return "is required"
+	case len(name) > MaxDNSNameLength:
+		return fmt.Sprintf("must be at most %d characters (got %d)", MaxDNSNameLength, len(name))
+	}
+	for _, label := range strings.Split(name, ".") {
+		if len(label) > MaxNameLength || !dns1123Label.MatchString(label) {
+			return fmt.Sprintf("%q is not a DNS name: dot-separated parts of at most %d lower-case letters, digits and '-', "+
+				"each starting and ending with a letter or digit, such as hello.example.com", name, MaxNameLength)
+		}
+	}
+	return ""
+}
+
 // CheckNamespace returns why ns cannot hold new resources, or "": it must
 // be a valid name (see CheckName) without the reserved "kube-" prefix.
 // Reading from such a namespace stays allowed, so that nothing stored before

@@ -44,6 +44,28 @@ type HTTPSpec struct {
 	// Auth is none (default: public) or token. A function is private on
 	// /fn while any of its enabled http triggers says token.
 	Auth string `json:"auth,omitempty"`
+	// Ingress, when set, asks for a Kubernetes Ingress that routes Host's
+	// /fn/{namespace}/{function} to the sless server (the kubernetes mode
+	// only; the embedded mode refuses it). It exists while the trigger is
+	// enabled: a disabled trigger routes nothing.
+	Ingress *IngressSpec `json:"ingress,omitempty"`
+}
+
+// IngressSpec is the Ingress of an http trigger. The Ingress routes the
+// path /fn/{namespace}/{function} (prefix) of Host to the sless server's
+// Service, never to the function's pods, so that every call goes through
+// /fn's gate and ledger.
+type IngressSpec struct {
+	// Host is the DNS name the Ingress serves, such as hello.example.com.
+	// Required.
+	Host string `json:"host"`
+	// ClassName is the IngressClass; default none: the cluster's default
+	// class.
+	ClassName string `json:"class_name,omitempty"`
+	// TLSSecret names a Secret of type kubernetes.io/tls in the sless
+	// server's namespace (where the Ingress lives) with Host's certificate;
+	// default none: plain HTTP.
+	TLSSecret string `json:"tls_secret,omitempty"`
 }
 
 // CronSpec holds the fields of cron triggers.

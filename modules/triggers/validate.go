@@ -47,6 +47,14 @@ type Redactor interface {
 	Unredact(spec, old *Spec)
 }
 
+// Capabilities are what the server's mode can do for triggers beyond what
+// every mode does. The zero Capabilities are the embedded mode's.
+type Capabilities struct {
+	// Ingress: the mode makes the Ingress an http trigger asks for (the
+	// kubernetes mode). Without it a trigger with an ingress is refused.
+	Ingress bool
+}
+
 // Types is the set of trigger types a server knows. It is immutable.
 type Types struct {
 	byName map[string]Type
@@ -54,10 +62,11 @@ type Types struct {
 	names []string
 }
 
-// NewTypes returns the set of http and types; a duplicate or empty name is
-// an error, so that start-up fails with a clear message.
-func NewTypes(types []Type) (*Types, error) {
-	ts := &Types{byName: map[string]Type{TypeHTTP: httpType{}}}
+// NewTypes returns the set of http and types, for a server of caps; a
+// duplicate or empty name is an error, so that start-up fails with a clear
+// message.
+func NewTypes(types []Type, caps Capabilities) (*Types, error) {
+	ts := &Types{byName: map[string]Type{TypeHTTP: httpType{caps: caps}}}
 	var names []string
 	for _, t := range types {
 		name := t.Name()
@@ -78,8 +87,9 @@ func NewTypes(types []Type) (*Types, error) {
 // Names returns the names of the types: http, then the others by name.
 func (ts *Types) Names() []string { return slices.Clone(ts.names) }
 
-// httpType is the built-in http type: its triggers open /fn.
-type httpType struct{}
+// httpType is the built-in http type: its triggers open /fn, and ask for
+// an Ingress where caps allow it.
+type httpType struct{ caps Capabilities }
 
 func (httpType) Name() string { return TypeHTTP }
 
@@ -89,9 +99,31 @@ func (httpType) ApplyDefaults(spec *Spec) {
 	}
 }
 
-func (httpType) Validate(spec *Spec, errs *validation.Errors) {
+func (h httpType) Validate(spec *Spec, errs *validation.Errors) {
 	if spec.Auth != AuthNone && spec.Auth != AuthToken {
 		errs.Add("auth", "%.32q is not one of none, token", spec.Auth)
+	}
+	in := spec.Ingress
+	if in == nil {
+		return
+	}
+	if !h.caps.Ingress {
+		errs.Add("ingress", "needs the kubernetes mode (sless server --mode kubernetes), which makes the Ingress; "+
+			"this server runs in the embedded mode and has no ingress controller: call /fn on the server itself")
+		return
+	}
+	if in.Host == "" {
+		errs.Add("ingress.host", "is required: the DNS name the Ingress serves, such as hello.example.com")
+	} else if msg := validation.CheckDNSName(in.Host); msg != "" {
+		errs.Add("ingress.host", "%s", msg)
+	}
+	for _, f := range []struct{ field, value string }{{"ingress.class_name", in.ClassName}, {"ingress.tls_secret", in.TLSSecret}} {
+		if f.value == "" {
+			continue
+		}
+		if msg := validation.CheckDNSName(f.value); msg != "" {
+			errs.Add(f.field, "%s", msg)
+		}
 	}
 }
 
@@ -148,7 +180,10 @@ var fieldsOf = []struct {
 	typ    string
 	fields []field
 }{
-	{TypeHTTP, []field{{"auth", func(s *Spec) bool { return s.Auth != "" }}}},
+	{TypeHTTP, []field{
+		{"auth", func(s *Spec) bool { return s.Auth != "" }},
+		{"ingress", func(s *Spec) bool { return s.Ingress != nil }},
+	}},
 	{TypeCron, []field{
 		{"schedule", func(s *Spec) bool { return s.Schedule != "" }},
 		{"timezone", func(s *Spec) bool { return s.Timezone != "" }},

@@ -18,7 +18,7 @@ import (
 // types returns the types of the server: http, cron, rabbitmq.
 func types(t *testing.T) *triggers.Types {
 	t.Helper()
-	ts, err := triggers.NewTypes([]triggers.Type{rabbitmq.Type{}, cron.Type{}})
+	ts, err := triggers.NewTypes([]triggers.Type{rabbitmq.Type{}, cron.Type{}}, triggers.Capabilities{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +163,79 @@ func TestHTTPAuth(t *testing.T) {
 	}
 }
 
+// TestIngress: an http trigger's ingress is refused without the
+// capability (the embedded mode), in words that name the mode it needs;
+// with it, its host is required and every name is a bounded DNS name.
+func TestIngress(t *testing.T) {
+	cluster, err := triggers.NewTypes([]triggers.Type{rabbitmq.Type{}, cron.Type{}}, triggers.Capabilities{Ingress: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61)
+	tests := []struct {
+		name     string
+		types    *triggers.Types
+		typ      string
+		ingress  *triggers.IngressSpec
+		want     []string // "field: message"; nil means valid
+		contains string   // a part of the only message, instead of want
+	}{
+		{name: "none", types: types(t), typ: triggers.TypeHTTP},
+		{name: "the embedded mode", types: types(t), typ: triggers.TypeHTTP, ingress: &triggers.IngressSpec{Host: "hello.example.com"},
+			contains: "ingress: needs the kubernetes mode (sless server --mode kubernetes)"},
+		{name: "host only", types: cluster, typ: triggers.TypeHTTP, ingress: &triggers.IngressSpec{Host: "hello.example.com"}},
+		{name: "every field", types: cluster, typ: triggers.TypeHTTP,
+			ingress: &triggers.IngressSpec{Host: "hello.example.com", ClassName: "nginx", TLSSecret: "hello-tls"}},
+		{name: "a single-label host", types: cluster, typ: triggers.TypeHTTP, ingress: &triggers.IngressSpec{Host: "localhost"}},
+		{name: "the longest host", types: cluster, typ: triggers.TypeHTTP, ingress: &triggers.IngressSpec{Host: long}},
+		{name: "no host", types: cluster, typ: triggers.TypeHTTP, ingress: &triggers.IngressSpec{ClassName: "nginx"},
+			want: []string{"ingress.host: is required: the DNS name the Ingress serves, such as hello.example.com"}},
+		{name: "a host too long", types: cluster, typ: triggers.TypeHTTP, ingress: &triggers.IngressSpec{Host: long + "d"},
+			want: []string{"ingress.host: must be at most 253 characters (got 254)"}},
+		{name: "bad names", types: cluster, typ: triggers.TypeHTTP,
+			ingress: &triggers.IngressSpec{Host: "Hello.example.com", ClassName: "nginx_public", TLSSecret: "tls..x"},
+			want: []string{
+				`ingress.host: "Hello.example.com" is not a DNS name: dot-separated parts of at most 63 lower-case letters, digits and '-', each starting and ending with a letter or digit, such as hello.example.com`,
+				`ingress.class_name: "nginx_public" is not a DNS name: dot-separated parts of at most 63 lower-case letters, digits and '-', each starting and ending with a letter or digit, such as hello.example.com`,
+				`ingress.tls_secret: "tls..x" is not a DNS name: dot-separated parts of at most 63 lower-case letters, digits and '-', each starting and ending with a letter or digit, such as hello.example.com`,
+			}},
+		{name: "a wildcard host", types: cluster, typ: triggers.TypeHTTP, ingress: &triggers.IngressSpec{Host: "*.example.com"},
+			contains: `ingress.host: "*.example.com" is not a DNS name`},
+		{name: "a label too long", types: cluster, typ: triggers.TypeHTTP, ingress: &triggers.IngressSpec{Host: strings.Repeat("a", 64) + ".example.com"},
+			contains: "is not a DNS name"},
+		{name: "a cron trigger", types: cluster, typ: triggers.TypeCron, ingress: &triggers.IngressSpec{Host: "hello.example.com"},
+			want: []string{"ingress: is a field of http triggers, not of cron triggers"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &triggers.Trigger{Name: "web", Namespace: "default", Spec: triggers.Spec{Function: "hello", Type: tc.typ}}
+			tr.Ingress = tc.ingress
+			if tc.typ == triggers.TypeCron {
+				tr.Schedule = "@hourly"
+			}
+			triggers.ApplyDefaults(tr, tc.types)
+			var got []string
+			var ve *validation.Errors
+			if err := triggers.Validate(tr, tc.types); errors.As(err, &ve) {
+				for _, f := range ve.Fields {
+					got = append(got, f.Field+": "+f.Msg)
+				}
+			} else if err != nil {
+				t.Fatalf("Validate = %v; want field errors or none", err)
+			}
+			if tc.contains != "" {
+				if len(got) != 1 || !strings.Contains(got[0], tc.contains) {
+					t.Errorf("errors %q; want one containing %q", got, tc.contains)
+				}
+				return
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("errors %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestTypes checks that the messages name the registered types, http first,
 // and that a type is registered once.
 func TestTypes(t *testing.T) {
@@ -182,7 +255,7 @@ func TestTypes(t *testing.T) {
 		}
 	}
 	// A server with http triggers only names only http.
-	only, err := triggers.NewTypes(nil)
+	only, err := triggers.NewTypes(nil, triggers.Capabilities{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +266,7 @@ func TestTypes(t *testing.T) {
 		t.Errorf("a cron trigger where only http is registered: Validate = %v; want it refused", err)
 	}
 	for _, dup := range [][]triggers.Type{{cron.Type{}, cron.Type{}}, {httpNamed{}}} {
-		if _, err := triggers.NewTypes(dup); err == nil || !strings.Contains(err.Error(), "registered twice") {
+		if _, err := triggers.NewTypes(dup, triggers.Capabilities{}); err == nil || !strings.Contains(err.Error(), "registered twice") {
 			t.Errorf("NewTypes(%T) = %v; want a duplicate refused", dup, err)
 		}
 	}

@@ -88,6 +88,30 @@ func (s *Triggers) Create(ctx context.Context, t *triggers.Trigger) (*triggers.T
 	return crconv.TriggerFromCR(cr, t.Namespace), nil
 }
 
+// GetCR returns the Trigger custom resource of key, as stored (with its
+// finalizers and deletion time, which the REST API's trigger does not
+// have).
+func (s *Triggers) GetCR(ctx context.Context, key triggers.Key) (*v1alpha1.Trigger, error) {
+	var cr v1alpha1.Trigger
+	if err := s.s.Get(ctx, key, &cr); err != nil {
+		return nil, err
+	}
+	return &cr, nil
+}
+
+// EnsureFinalizer adds finalizer name to the trigger of key unless it is
+// being deleted, and reports whether it is; a missing trigger is not being
+// deleted (nil error).
+func (s *Triggers) EnsureFinalizer(ctx context.Context, key triggers.Key, name string) (bool, error) {
+	return s.s.EnsureFinalizer(ctx, key, &v1alpha1.Trigger{}, name)
+}
+
+// RemoveFinalizer removes finalizer name from the trigger of key; a
+// missing trigger is not an error.
+func (s *Triggers) RemoveFinalizer(ctx context.Context, key triggers.Key, name string) error {
+	return s.s.RemoveFinalizer(ctx, key, &v1alpha1.Trigger{}, name)
+}
+
 // Get implements triggers.Store.
 func (s *Triggers) Get(ctx context.Context, key triggers.Key) (*triggers.Trigger, error) {
 	var cr v1alpha1.Trigger

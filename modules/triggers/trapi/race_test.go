@@ -47,7 +47,7 @@ func TestWriteRacingTheFunctionsDeleteLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	trs, jobs := trstore.NewTriggers(db), trstore.NewJobs(db)
-	types, err := triggers.NewTypes(nil)
+	types, err := triggers.NewTypes(nil, triggers.Capabilities{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ type server struct {
 
 func newServer(t *testing.T) *server {
 	gin.SetMode(gin.TestMode)
-	types, err := triggers.NewTypes([]triggers.Type{cron.Type{}, rabbitmq.Type{}})
+	types, err := triggers.NewTypes([]triggers.Type{cron.Type{}, rabbitmq.Type{}}, triggers.Capabilities{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +181,31 @@ func TestAPI(t *testing.T) {
 }
 
 // TestFieldErrors checks that a refused trigger lists every bad field.
+// TestIngressNeedsTheKubernetesMode: the embedded mode's API refuses an
+// http trigger with an ingress with a 400 that names the mode it needs, and
+// stores and applies nothing.
+func TestIngressNeedsTheKubernetesMode(t *testing.T) {
+	s := newServer(t)
+	code, body := s.do("POST", "/v1/namespaces/ns/triggers",
+		`{"name": "web", "function": "hello", "type": "http", "ingress": {"host": "hello.example.com", "class_name": "nginx"}}`)
+	if code != 400 {
+		t.Fatalf("got %d %v; want 400", code, body)
+	}
+	msg, _ := body["error"].(string)
+	if want := "ingress: needs the kubernetes mode (sless server --mode kubernetes)"; !strings.Contains(msg, want) {
+		t.Errorf("error %q; want it to contain %q", msg, want)
+	}
+	if strings.Contains(msg, "IngressSpec") || strings.Contains(msg, "Capabilities") {
+		t.Errorf("error %q names Go types", msg)
+	}
+	if code, _ := s.do("GET", "/v1/namespaces/ns/triggers/web", ""); code != 404 {
+		t.Errorf("GET after the refused create: %d; want 404", code)
+	}
+	if len(s.notified) != 0 {
+		t.Errorf("a refused create told the reconciler: %v", s.notified)
+	}
+}
+
 func TestFieldErrors(t *testing.T) {
 	s := newServer(t)
 	code, body := s.do("POST", "/v1/namespaces/ns/triggers",

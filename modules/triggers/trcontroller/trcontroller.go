@@ -9,6 +9,9 @@
 //     triggersfx.Runners' Local, so that cron and rabbitmq triggers run
 //     in the leader alone, with the embedded mode's runners, and their
 //     status (phase, counts, next run) is written by the leader alone;
+//     and keeps the Ingress of every enabled http trigger that asks for
+//     one, in the sless server's namespace (IngressOptions, MakeIngress),
+//     holding such a Trigger with Finalizer until its Ingress is deleted;
 //   - "trigger-gate", in every replica: keeps the replica's gate of /fn
 //     (which functions it serves, to whom) with control.GateApplier, and
 //     writes nothing;
@@ -26,9 +29,11 @@ import (
 	"log/slog"
 
 	"go.uber.org/fx"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"sless.kube5s.ru/sless/api/v1alpha1"
 	"sless.kube5s.ru/sless/modules/functions"
+	"sless.kube5s.ru/sless/modules/reconciler"
 	"sless.kube5s.ru/sless/modules/reconciler/crdriver"
 	"sless.kube5s.ru/sless/modules/triggers"
 	"sless.kube5s.ru/sless/modules/triggers/control"
@@ -44,9 +49,11 @@ const Workers = 4
 // Module provides the three controllers as members of
 // crdriver.ControllersGroup, and what the cluster mode's triggers need
 // besides: a triggers.ChangeNotifier that does nothing (the controllers
-// watch what the API writes) and the functions.Dependents that deletes a
+// watch what the API writes), the functions.Dependents that deletes a
 // function's Triggers and FunctionJobs (the leader stops them when it sees
-// the deletions). It needs the *crstore.Triggers and *crstore.Jobs stores.
+// the deletions), and the triggers.Capabilities of the mode (http triggers
+// may ask for an Ingress). It needs the *crstore.Triggers and *crstore.Jobs
+// stores, the manager and the IngressOptions.
 var Module = fx.Module("triggers-controllers",
 	fx.Decorate(func(l *slog.Logger) *slog.Logger { return l.With("module", "triggers") }),
 	fx.Provide(
@@ -57,6 +64,7 @@ var Module = fx.Module("triggers-controllers",
 		func(trs *crstore.Triggers, jobs *crstore.Jobs) functions.Dependents {
 			return control.NewDependents(trs, jobs, nothing, nothing, nothing)
 		},
+		func() triggers.Capabilities { return triggers.Capabilities{Ingress: true} },
 	),
 )
 
@@ -71,22 +79,25 @@ type Params struct {
 }
 
 // NewTriggers returns the leader's trigger controller, which applies
-// triggers with runners.Local.
-func NewTriggers(p Params, runners *triggersfx.Runners) *crdriver.Driver[triggers.Key] {
-	return newTriggerDriver("triggers", p, runners.Local, false)
+// triggers with runners.Local and keeps the Ingresses of http triggers, as
+// opts say, with mgr's client.
+func NewTriggers(p Params, runners *triggersfx.Runners, mgr manager.Manager, opts IngressOptions) *crdriver.Driver[triggers.Key] {
+	rec := &withIngress{c: mgr.GetClient(), triggers: p.Triggers, applier: runners.Local, opts: opts,
+		next: reconcile.New(p.Triggers, p.Functions, runners.Local)}
+	return newTriggerDriver("triggers", p, rec.Reconcile, false)
 }
 
 // NewGate returns the trigger controller of every replica, which keeps
 // gate, the replica's gate of /fn.
 func NewGate(p Params, gate *control.Gate) *crdriver.Driver[triggers.Key] {
-	return newTriggerDriver("trigger-gate", p, control.NewGateApplier(gate), true)
+	rec := reconcile.New(p.Triggers, p.Functions, control.NewGateApplier(gate))
+	return newTriggerDriver("trigger-gate", p, rec.Reconcile, true)
 }
 
-func newTriggerDriver(name string, p Params, applier reconcile.Applier, everywhere bool) *crdriver.Driver[triggers.Key] {
-	rec := reconcile.New(p.Triggers, p.Functions, applier)
+func newTriggerDriver(name string, p Params, rec reconciler.Func[triggers.Key], everywhere bool) *crdriver.Driver[triggers.Key] {
 	return crdriver.New(crdriver.Options[triggers.Key]{
 		Name:       name,
-		Reconcile:  rec.Reconcile,
+		Reconcile:  rec,
 		Workers:    Workers,
 		Everywhere: everywhere,
 		Watches: []crdriver.Watch[triggers.Key]{

@@ -37,17 +37,34 @@ func TestMain(m *testing.M) { os.Exit(kubeenv.Main(m)) }
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// invoker records the invocations of one replica and answers 200.
+// invoker records the invocations of one replica and answers 200, after
+// delay.
 type invoker struct {
+	delay time.Duration
 	mu    sync.Mutex
 	calls []invoke.Request
 }
 
 func (i *invoker) Invoke(_ context.Context, req invoke.Request) (*invoke.Response, error) {
+	time.Sleep(i.delay)
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.calls = append(i.calls, req)
 	return &invoke.Response{InvocationID: req.InvocationID, StatusCode: 200, Body: []byte(`{"ok":true}`)}, nil
+}
+
+// bodies counts the invocations from trigger kind and name by request
+// body.
+func (i *invoker) bodies(kind, name string) map[string]int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	out := map[string]int{}
+	for _, c := range i.calls {
+		if c.TriggerKind == kind && c.TriggerName == name {
+			out[string(c.Body)]++
+		}
+	}
+	return out
 }
 
 // count returns how many invocations came from trigger kind and name.
@@ -85,6 +102,9 @@ type cluster struct {
 	triggers  *crstore.Triggers
 	jobs      *crstore.Jobs
 	lease     string
+	// ingress is where the replicas started next make the Ingresses of
+	// http triggers.
+	ingress trcontroller.IngressOptions
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -98,7 +118,8 @@ func newCluster(t *testing.T) *cluster {
 	return &cluster{env: env, functions: fns,
 		triggers: crstore.NewTriggers(env.Client, crstore.Options{NamespacePrefix: prefix}),
 		jobs:     crstore.NewJobs(env.Client, crstore.Options{NamespacePrefix: prefix}),
-		lease:    "sless-test-" + strings.ToLower(rand.Text()[:8])}
+		lease:    "sless-test-" + strings.ToLower(rand.Text()[:8]),
+		ingress:  trcontroller.IngressOptions{Namespace: "default", Service: "sless"}}
 }
 
 // replica is one server's triggers module and controllers, wired as the
@@ -113,7 +134,13 @@ type replica struct {
 // start starts a replica that stands for election in the cluster's lease.
 func (c *cluster) start(t *testing.T) *replica {
 	t.Helper()
-	r := &replica{invoker: &invoker{}}
+	return c.startSlow(t, 0)
+}
+
+// startSlow starts a replica whose invocations take delay.
+func (c *cluster) startSlow(t *testing.T, delay time.Duration) *replica {
+	t.Helper()
+	r := &replica{invoker: &invoker{delay: delay}}
 	r.app = fxtest.New(t,
 		fx.NopLogger,
 		fx.Supply(discard),
@@ -128,6 +155,7 @@ func (c *cluster) start(t *testing.T) *replica {
 			func() triggers.Store { return c.triggers },
 			func() *crstore.Jobs { return c.jobs },
 			func() triggers.JobStore { return c.jobs },
+			func() trcontroller.IngressOptions { return c.ingress },
 			func() (manager.Manager, error) {
 				return crdriver.NewManager(c.env.Config, c.env.Scheme, crdriver.ManagerOptions{LeaderElection: true,
 					LeaderElectionNamespace: "default", LeaderElectionID: c.lease}, discard)

@@ -38,13 +38,16 @@ type Config struct {
 
 // Module is the triggers module. It needs a triggers.Store, a
 // triggers.JobStore and a triggers.ChangeNotifier (the driver of the
-// reconcilers), which app/ picks.
+// reconcilers), which app/ picks, and takes the mode's
+// triggers.Capabilities when it provides them (none: the embedded mode's).
 var Module = fx.Module("triggers",
 	logger,
 	fx.Provide(
 		asType(func() cron.Type { return cron.Type{} }),
 		asType(func() rabbitmq.Type { return rabbitmq.Type{} }),
-		fx.Annotate(triggers.NewTypes, fx.ParamTags(triggers.TypesGroup)),
+		// The kubernetes mode provides its triggers.Capabilities; the
+		// embedded mode has none, the zero value.
+		fx.Annotate(triggers.NewTypes, fx.ParamTags(triggers.TypesGroup, `optional:"true"`)),
 		control.NewGate,
 		func(g *control.Gate) invoke.Exposure { return g },
 		newRunners,

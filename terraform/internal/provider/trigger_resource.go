@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -44,7 +45,8 @@ type triggerModel struct {
 	Type      types.String `tfsdk:"type"`
 	Enabled   types.Bool   `tfsdk:"enabled"`
 	// http
-	Auth types.String `tfsdk:"auth"`
+	Auth    types.String `tfsdk:"auth"`
+	Ingress types.Object `tfsdk:"ingress"`
 	// cron
 	Schedule          types.String `tfsdk:"schedule"`
 	Timezone          types.String `tfsdk:"timezone"`
@@ -83,6 +85,7 @@ type attrValue interface {
 // typeFields lists the type fields with the REST API's names.
 var typeFields = []typeField{
 	{"auth", triggers.TypeHTTP, func(m *triggerModel) attrValue { return m.Auth }, types.StringValue(triggers.AuthNone)},
+	{"ingress", triggers.TypeHTTP, func(m *triggerModel) attrValue { return m.Ingress }, nil},
 	{"schedule", triggers.TypeCron, func(m *triggerModel) attrValue { return m.Schedule }, nil},
 	{"timezone", triggers.TypeCron, func(m *triggerModel) attrValue { return m.Timezone }, nil},
 	{"payload", triggers.TypeCron, func(m *triggerModel) attrValue { return m.Payload }, nil},
@@ -97,6 +100,9 @@ var typeFields = []typeField{
 	{"dead_letter_exchange", triggers.TypeRabbitMQ, func(m *triggerModel) attrValue { return m.DeadLetterExchange }, nil},
 	{"dead_letter_queue", triggers.TypeRabbitMQ, func(m *triggerModel) attrValue { return m.DeadLetterQueue }, nil},
 }
+
+// ingressTypes are the attributes of ingress, with the REST API's names.
+var ingressTypes = map[string]attr.Type{"host": types.StringType, "class_name": types.StringType, "tls_secret": types.StringType}
 
 func (r *triggerResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_trigger"
@@ -144,6 +150,16 @@ func (r *triggerResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			"auth": schema.StringAttribute{
 				Optional: true, Computed: true, Description: "http: none (default, public) or token (callers of /fn need a token of the namespace).",
 				Validators: []validator.String{oneOf(triggers.AuthNone, triggers.AuthToken)},
+			},
+			"ingress": schema.SingleNestedAttribute{
+				Optional: true,
+				Description: "http, kubernetes mode only (the embedded mode refuses it): an Ingress, in the sless server's namespace, " +
+					"that routes host's /fn/{namespace}/{function} to the sless server, while the trigger is enabled.",
+				Attributes: map[string]schema.Attribute{
+					"host":       schema.StringAttribute{Required: true, Description: "The DNS name the Ingress serves, such as hello.example.com."},
+					"class_name": str("The IngressClass; default: the cluster's default class."),
+					"tls_secret": str("A kubernetes.io/tls Secret of the sless server's namespace with the host's certificate; default: plain HTTP."),
+				},
 			},
 			"schedule": str("cron: a 5-field expression, a descriptor (@hourly) or @every 30s. Required for cron."),
 			"timezone": str("cron: IANA time zone of the schedule; default UTC."),
@@ -268,6 +284,14 @@ func (m *triggerModel) trigger() *triggers.Trigger {
 		n := int(m.MaxRetries.ValueInt64())
 		t.MaxRetries = &n
 	}
+	if !m.Ingress.IsNull() && !m.Ingress.IsUnknown() {
+		a := m.Ingress.Attributes()
+		value := func(name string) string {
+			s, _ := a[name].(types.String)
+			return s.ValueString()
+		}
+		t.Ingress = &triggers.IngressSpec{Host: value("host"), ClassName: value("class_name"), TLSSecret: value("tls_secret")}
+	}
 	return t
 }
 
@@ -280,6 +304,11 @@ func (m *triggerModel) fromAPI(t *triggers.Trigger) {
 	m.Function, m.Type = types.StringValue(t.Function), types.StringValue(t.Type)
 	m.Enabled = types.BoolValue(t.IsEnabled())
 	m.Auth = stringOrNull(t.Auth)
+	m.Ingress = types.ObjectNull(ingressTypes)
+	if in := t.Ingress; in != nil {
+		m.Ingress = types.ObjectValueMust(ingressTypes, map[string]attr.Value{"host": types.StringValue(in.Host),
+			"class_name": stringOrNull(in.ClassName), "tls_secret": stringOrNull(in.TLSSecret)})
+	}
 	m.Schedule, m.Timezone = stringOrNull(t.Schedule), stringOrNull(t.Timezone)
 	if !sameJSON(m.Payload.ValueString(), string(t.Payload)) {
 		m.Payload = stringOrNull(string(t.Payload))

@@ -133,6 +133,21 @@ func TestAccTriggerRabbitMQ(t *testing.T) {
 
 // A field of another type is an error at plan time, before anything is
 // created.
+// TestAccTriggerIngressNeedsTheKubernetesMode: the embedded server
+// refuses an http trigger's ingress, with a message that names the mode it
+// needs.
+func TestAccTriggerIngressNeedsTheKubernetesMode(t *testing.T) {
+	e := setup(t)
+	dir := writeFiles(t, t.TempDir(), map[string]string{"handler.py": greeter("Hello")})
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{{
+			Config:      triggerConfig(e, dir, "  type = \"http\"\n  ingress = { host = \"hello.example.com\", class_name = \"nginx\" }"),
+			ExpectError: regexp.MustCompile(regexp.QuoteMeta("needs the kubernetes mode")),
+		}},
+	})
+}
+
 func TestAccTriggerPlanErrors(t *testing.T) {
 	e := setup(t)
 	dir := writeFiles(t, t.TempDir(), map[string]string{"handler.py": greeter("Hello")})
@@ -140,6 +155,7 @@ func TestAccTriggerPlanErrors(t *testing.T) {
 		{"  type = \"http\"\n  schedule = \"@hourly\"", "schedule is a field of cron triggers, not of http triggers"},
 		{"  type = \"cron\"\n  schedule = \"@hourly\"\n  auth = \"token\"", "auth is a field of http triggers, not of cron triggers"},
 		{"  type = \"cron\"\n  schedule = \"@hourly\"\n  queue = \"q\"", "queue is a field of rabbitmq triggers, not of cron triggers"},
+		{"  type = \"cron\"\n  schedule = \"@hourly\"\n  ingress = { host = \"hello.example.com\" }", "ingress is a field of http triggers, not of cron triggers"},
 		{"  type = \"cron\"", "schedule is required for cron triggers"},
 		{"  type = \"rabbitmq\"\n  queue = \"q\"", "url is required for rabbitmq triggers"},
 		{"  type = \"ftp\"", `type "ftp" is not one of http, cron, rabbitmq`},
