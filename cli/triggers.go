@@ -128,6 +128,7 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 		payload    string
 		maxRetries int
 		disabled   bool
+		ingress    triggers.IngressSpec
 		wait       time.Duration
 	)
 	cmd := &cobra.Command{
@@ -135,6 +136,7 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 		Short: "Create a trigger",
 		Example: `  sless trigger create web --function hello --type http
   sless trigger create web --function hello --type http --auth token   # /fn asks for a token of the namespace
+  sless trigger create web --function hello --type http --ingress-host hello.example.com   # kubernetes mode: an Ingress
   sless trigger create nightly --function report --type cron --schedule "0 3 * * *" --timezone Europe/Berlin --payload '{"full": true}'
   sless trigger create orders --function order --type rabbitmq --url amqp://guest:guest@localhost:5672/ --queue orders --max-retries 5 --dead-letter-queue orders-failed`,
 		Args: cobra.ExactArgs(1),
@@ -149,6 +151,9 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 			if disabled {
 				off := false
 				t.Enabled = &off
+			}
+			if ingress != (triggers.IngressSpec{}) {
+				t.Ingress = &ingress
 			}
 			created, err := c.CreateTrigger(cmd.Context(), &t)
 			if err != nil {
@@ -169,6 +174,9 @@ func newTriggerCreateCmd(g *globals) *cobra.Command {
 	fl.StringVar(&t.Type, "type", "", "http, cron or rabbitmq (required)")
 	fl.BoolVar(&disabled, "disabled", false, "create it disabled")
 	fl.StringVar(&t.Auth, "auth", "", "http: none (default: public) or token (callers need a token of the namespace, or an invoker token of the function)")
+	fl.StringVar(&ingress.Host, "ingress-host", "", "http, kubernetes mode: serve the function's /fn path on this host through an Ingress")
+	fl.StringVar(&ingress.ClassName, "ingress-class", "", "http, kubernetes mode: IngressClass of the Ingress (default: the cluster's default class)")
+	fl.StringVar(&ingress.TLSSecret, "ingress-tls-secret", "", "http, kubernetes mode: TLS Secret of the host, in the sless server's namespace")
 	fl.StringVar(&t.Schedule, "schedule", "", "cron: 5-field expression, @hourly-style descriptor or @every <duration>")
 	fl.StringVar(&t.Timezone, "timezone", "", "cron: IANA time zone (default UTC)")
 	fl.StringVar(&payload, "payload", "", "cron: JSON event of every run")

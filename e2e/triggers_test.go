@@ -91,6 +91,23 @@ func TestHTTPTriggerDisableEnable(t *testing.T) {
 	s.waitFor("/fn to answer 404 after the trigger was deleted", func() bool { code, _, _ := s.post("/fn/default/web", ""); return code == 404 })
 }
 
+// TestIngressNeedsTheKubernetesMode: the CLI's --ingress-* flags reach the
+// API, which the embedded mode answers with a clear refusal and nothing
+// stored.
+func TestIngressNeedsTheKubernetesMode(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	dir := writeTree(t, map[string]string{"handler.py": "def handle(event, context):\n    return 1\n"})
+	s.mustCLI("deploy", dir, "--name", "hello", "--runtime", "python3.11", "--http=false")
+	_, stderr, err := s.cli("trigger", "create", "web", "--function", "hello", "--type", "http",
+		"--ingress-host", "hello.example.com", "--ingress-class", "nginx")
+	if err == nil || !strings.Contains(stderr, "ingress: needs the kubernetes mode") {
+		t.Errorf("trigger create with --ingress-host: err %v, stderr %q; want the kubernetes mode refusal", err, stderr)
+	}
+	if code, body := s.api("GET", "/v1/namespaces/default/triggers/web", "", nil); code != 404 {
+		t.Errorf("the refused trigger: %d %s; want 404", code, body)
+	}
+}
+
 // TestTriggerCreateWaitsUntilApplied checks that the CLI returns the trigger
 // as the server applied it: its phase is known.
 func TestTriggerCreateWaitsUntilApplied(t *testing.T) {
