@@ -55,11 +55,13 @@ var chunkSize int64 = 250
 const ManagedByLabel = "app.kubernetes.io/managed-by"
 
 // conflictBackoff paces the retries of an update that lost a race with
-// another write: up to 30 tries within about 15 seconds. Ten tries within
-// two seconds ran out when four writers raced for one object on a machine
-// at load average 20, and a user's write then failed with a conflict it
-// cannot act on.
-var conflictBackoff = wait.Backoff{Steps: 30, Duration: 5 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: 500 * time.Millisecond}
+// another write: 35 tries, 5 ms apart at first and 1.2 times longer each
+// time (up to 2.4 s), about 15 seconds in all. Ten tries within two
+// seconds ran out when four writers raced for one object on a machine at
+// load average 20, and a user's write then failed with a conflict it
+// cannot act on. No Cap: wait.Backoff ends the retries once a step would
+// exceed its Cap.
+var conflictBackoff = wait.Backoff{Steps: 35, Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 0.5}
 
 // Options configure a store of custom resources.
 type Options struct {
