@@ -150,9 +150,14 @@ func TestIngressFollowsTheTrigger(t *testing.T) {
 		})
 	}
 	has("the Ingress created", "hello.example.com", "nginx", "hello-tls")
-	if p := c.trigger(t, tr.Key()).Status.Phase; p != triggers.PhaseActive {
-		t.Errorf("phase %q; want Active", p)
-	}
+	// The Ingress is made before the core applies the trigger and writes
+	// its status.
+	eventually(t, 30*time.Second, "the trigger Active", func() error {
+		if p := c.trigger(t, tr.Key()).Status.Phase; p != triggers.PhaseActive {
+			return fmt.Errorf("phase %q; want Active", p)
+		}
+		return nil
+	})
 	// Only a Trigger with an Ingress holds the finalizer.
 	hasFinalizer := func() bool {
 		cr, err := c.triggers.GetCR(ctx, tr.Key())
