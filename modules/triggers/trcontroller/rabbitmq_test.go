@@ -1,7 +1,6 @@
 package trcontroller_test
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -76,12 +75,7 @@ func TestRabbitMQConsumesFromTheLeaderOnly(t *testing.T) {
 	// The leader's invocations take a while, so that it stops with some
 	// in flight and some delivered to it but not started.
 	first := c.startSlow(t, 100*time.Millisecond)
-	eventually(t, 30*time.Second, "the first replica elected", func() error {
-		if !first.elected() {
-			return errors.New("not elected")
-		}
-		return nil
-	})
+	first.waitElected(t)
 	second := c.start(t)
 	ns := newNamespace()
 	c.createFunction(t, ns, "consume")

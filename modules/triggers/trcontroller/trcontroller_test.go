@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -188,6 +187,16 @@ func (r *replica) elected() bool {
 	}
 }
 
+// waitElected waits until r leads.
+func (r *replica) waitElected(t *testing.T) {
+	t.Helper()
+	select {
+	case <-r.mgr.Elected():
+	case <-time.After(30 * time.Second):
+		t.Fatal("after 30s: the replica is not elected")
+	}
+}
+
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -237,12 +246,7 @@ func (c *cluster) trigger(t *testing.T, key triggers.Key) *triggers.Trigger {
 func TestCronFiresFromTheLeaderOnly(t *testing.T) {
 	c := newCluster(t)
 	first := c.start(t)
-	eventually(t, 30*time.Second, "the first replica elected", func() error {
-		if !first.elected() {
-			return errors.New("not elected")
-		}
-		return nil
-	})
+	first.waitElected(t)
 	second := c.start(t)
 	ns := newNamespace()
 	c.createFunction(t, ns, "tick")
