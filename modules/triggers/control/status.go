@@ -3,7 +3,10 @@ package control
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +32,12 @@ type StatusKeeper struct {
 	// process).
 	specs    map[triggers.Key]labels
 	inflight map[triggers.Key]int
+
+	// writing serializes the store writes of each trigger's status
+	// (striped by key), and a write takes its snapshot under it: a flush
+	// that snapshotted before a phase change can then not write its older
+	// status over the new phase.
+	writing [32]sync.Mutex
 
 	base context.Context // for flushes; from Start, never cancelled
 	stop chan struct{}
@@ -102,6 +111,9 @@ func (k *StatusKeeper) forget(key triggers.Key) {
 // the API shows it when the change it answers is visible.
 func (k *StatusKeeper) setPhase(ctx context.Context, t *triggers.Trigger, phase, msg string) error {
 	k.track(t)
+	w := k.writeLock(t.Key())
+	w.Lock()
+	defer w.Unlock()
 	k.mu.Lock()
 	st := k.statuses[t.Key()]
 	st.Phase, st.Message, st.ObservedGeneration = phase, msg, t.Generation
@@ -166,23 +178,47 @@ func (k *StatusKeeper) ended(key triggers.Key) {
 	}
 }
 
+// writeLock returns the lock that orders the status writes of key.
+func (k *StatusKeeper) writeLock(key triggers.Key) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(key.Namespace))
+	h.Write([]byte{0})
+	h.Write([]byte(key.Name))
+	return &k.writing[h.Sum32()%uint32(len(k.writing))]
+}
+
 // flush writes the statuses that changed since the last flush.
 func (k *StatusKeeper) flush(ctx context.Context) {
 	k.mu.Lock()
-	pending := make(map[triggers.Key]triggers.Status, len(k.dirty))
-	for key := range k.dirty {
-		pending[key] = *k.statuses[key]
-	}
+	keys := slices.Collect(maps.Keys(k.dirty))
 	clear(k.dirty)
 	k.mu.Unlock()
-	for key, st := range pending {
-		if err := k.store.UpdateStatus(ctx, key, st); err != nil && !errors.Is(err, triggers.ErrNotFound) {
-			k.log.Error("writing a trigger's status failed", "trigger", key.String(), "error", err)
-			k.mu.Lock()
-			if _, ok := k.statuses[key]; ok {
-				k.dirty[key] = true
-			}
-			k.mu.Unlock()
+	for _, key := range keys {
+		k.flushOne(ctx, key)
+	}
+}
+
+// flushOne writes key's status as it is now, unless it was forgotten.
+func (k *StatusKeeper) flushOne(ctx context.Context, key triggers.Key) {
+	w := k.writeLock(key)
+	w.Lock()
+	defer w.Unlock()
+	k.mu.Lock()
+	st, ok := k.statuses[key]
+	var snapshot triggers.Status
+	if ok {
+		snapshot = *st
+	}
+	k.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := k.store.UpdateStatus(ctx, key, snapshot); err != nil && !errors.Is(err, triggers.ErrNotFound) {
+		k.log.Error("writing a trigger's status failed", "trigger", key.String(), "error", err)
+		k.mu.Lock()
+		if _, ok := k.statuses[key]; ok {
+			k.dirty[key] = true
 		}
+		k.mu.Unlock()
 	}
 }

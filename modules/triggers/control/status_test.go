@@ -120,3 +120,63 @@ func TestStatusKeeperRetriesAndForgets(t *testing.T) {
 		t.Errorf("status %+v; want the marker untouched", got.Status)
 	}
 }
+
+// blockingStatus is a trigger store whose status writes wait, while block
+// is set, until release is closed, saying on blocked that one waits.
+type blockingStatus struct {
+	triggers.Store
+	block   atomic.Bool
+	blocked chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingStatus) UpdateStatus(ctx context.Context, k triggers.Key, st triggers.Status) error {
+	if b.block.CompareAndSwap(true, false) {
+		close(b.blocked)
+		<-b.release
+	}
+	return b.Store.UpdateStatus(ctx, k, st)
+}
+
+// TestPhaseOutlivesASlowerFlush: a flush that took its snapshot before the
+// reconciler disabled the trigger, and writes it after, must not bring the
+// old phase back. It did, and the CLI waited in vain for Disabled (seen in
+// e2e/TestObservability: the last cron event before the disable made the
+// status dirty, and nothing made it dirty again).
+func TestPhaseOutlivesASlowerFlush(t *testing.T) {
+	ctx := context.Background()
+	mem := trstoretest.NewTriggers()
+	store := &blockingStatus{Store: mem, blocked: make(chan struct{}), release: make(chan struct{})}
+	tr, err := mem.Create(ctx, trigger("t", triggers.TypeCron))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := NewStatusKeeper(store, discard)
+	if err := k.setPhase(ctx, tr, triggers.PhaseActive, ""); err != nil {
+		t.Fatal(err)
+	}
+	k.Report(tr.Key(), triggers.Event{Kind: triggers.EventFired, At: time.Now()})
+	store.block.Store(true)
+	flushed := make(chan struct{})
+	go func() { k.flush(ctx); close(flushed) }()
+	<-store.blocked // the flush holds its snapshot: Active
+	disabled := make(chan error, 1)
+	go func() { disabled <- k.setPhase(ctx, tr, triggers.PhaseDisabled, "") }()
+	select {
+	case err := <-disabled: // the unordered keeper writes at once
+		disabled <- err
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(store.release)
+	<-flushed
+	if err := <-disabled; err != nil {
+		t.Fatal(err)
+	}
+	got, err := mem.Get(ctx, tr.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != triggers.PhaseDisabled || got.Status.Fired != 1 {
+		t.Errorf("status %+v after the disable and a slower flush; want Disabled with the run counted", got.Status)
+	}
+}
