@@ -21,17 +21,7 @@ import (
 
 // SyncDir fsyncs the directory dir, so that the entries created, renamed
 // or removed in it so far survive a power cut. One fsync.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing directory %s: %w", dir, err)
-	}
-	return nil
-}
+func SyncDir(dir string) error { return syncPath("directory "+dir, dir) }
 
 // MkdirAll is os.MkdirAll whose new directories survive a power cut: the
 // parent of each directory it creates is fsynced. A path that exists costs
@@ -172,14 +162,17 @@ func SyncTree(root string) error {
 // syncTreeWorkers is how many fsyncs SyncTree runs at once.
 const syncTreeWorkers = 16
 
-func syncFile(path string) error {
+func syncFile(path string) error { return syncPath(path, path) }
+
+// syncPath opens path and fsyncs it; errors name it as what.
+func syncPath(what, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("syncing %s: %w", path, err)
+		return fmt.Errorf("syncing %s: %w", what, err)
 	}
 	defer f.Close()
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", path, err)
+		return fmt.Errorf("syncing %s: %w", what, err)
 	}
 	return nil
 }

@@ -401,7 +401,7 @@ func (j *Journal) Sync() error {
 		errs = append(errs, old.Sync(), old.Close())
 	}
 	if len(rotated) > 0 {
-		errs = append(errs, syncDir(j.opts.Dir))
+		errs = append(errs, durable.SyncDir(j.opts.Dir))
 	}
 	if dirty && f != nil {
 		err := f.Sync()
