@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
+	"sless.kube5s.ru/sless/modules/storage/sqldb"
 )
 
 const (
@@ -320,6 +322,11 @@ func (l *Ledger) insertPrepared(ctx context.Context, rows []row) error {
 	if err != nil {
 		return err
 	}
+	return sqldb.Write(l.db, func() error { return insertPreparedTx(ctx, sqlDB, rows) })
+}
+
+// insertPreparedTx is insertPrepared's transaction.
+func insertPreparedTx(ctx context.Context, sqlDB *sql.DB, rows []row) error {
 	total := len(rows) // for messages: rows is consumed below
 	tx, err := sqlDB.BeginTx(ctx, nil)
 	if err != nil {

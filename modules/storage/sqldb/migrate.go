@@ -68,22 +68,24 @@ func Migrate(ctx context.Context, db *gorm.DB, migrations []Migration) error {
 		if done[[2]any{m.Module, m.Version}] {
 			continue
 		}
-		err := db.Transaction(func(tx *gorm.DB) error {
-			// Servers starting together against one PostgreSQL take turns; the
-			// check inside the lock skips what another server just applied.
-			if tx.Dialector.Name() == "postgres" {
-				if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLockID).Error; err != nil {
+		err := Write(db, func() error {
+			return db.Transaction(func(tx *gorm.DB) error {
+				// Servers starting together against one PostgreSQL take turns; the
+				// check inside the lock skips what another server just applied.
+				if tx.Dialector.Name() == "postgres" {
+					if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLockID).Error; err != nil {
+						return err
+					}
+				}
+				var n int64
+				if err := tx.Model(&schemaMigration{}).Where("module = ? AND version = ?", m.Module, m.Version).Count(&n).Error; err != nil || n > 0 {
 					return err
 				}
-			}
-			var n int64
-			if err := tx.Model(&schemaMigration{}).Where("module = ? AND version = ?", m.Module, m.Version).Count(&n).Error; err != nil || n > 0 {
-				return err
-			}
-			if err := m.Up(tx); err != nil {
-				return err
-			}
-			return tx.Create(&schemaMigration{Module: m.Module, Version: m.Version, Name: m.Name, AppliedAt: time.Now().UTC()}).Error
+				if err := m.Up(tx); err != nil {
+					return err
+				}
+				return tx.Create(&schemaMigration{Module: m.Module, Version: m.Version, Name: m.Name, AppliedAt: time.Now().UTC()}).Error
+			})
 		})
 		if err != nil {
 			return fmt.Errorf("migration %s/%d (%s): %w", m.Module, m.Version, m.Name, err)

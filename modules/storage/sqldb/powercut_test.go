@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,16 +31,22 @@ const (
 	envHelper = "SLESS_SQLDB_POWERCUT_HELPER"
 	// envDB is the database's path on the disk.
 	envDB = "SLESS_SQLDB_POWERCUT_DB"
-	// envPragma is run on the writer's connection before it writes.
-	envPragma = "SLESS_SQLDB_POWERCUT_PRAGMA"
+	// envBypass, when set, makes the writer insert through database/sql
+	// directly, past the commits that Open installs on gorm.
+	envBypass = "SLESS_SQLDB_POWERCUT_BYPASS"
 
-	// helperWrite creates table t and inserts rows 0, 1, 2, ... until it
-	// is killed, printing "committed N" once the insert of row N returned.
+	// helperWrite creates table t and inserts rows 0, 1, 2, ... from
+	// helperWriters goroutines until it is killed, printing "committed N"
+	// once the insert of row N returned.
 	helperWrite = "write"
 	// helperCheck prints "rows N1,N2,..." (the rows of t, or "rows none"
 	// when t is missing) and "integrity R", the result of integrity_check.
 	helperCheck = "check"
 )
+
+// helperWriters is how many goroutines of the writer insert at once, so
+// that commits share fsyncs.
+const helperWriters = 4
 
 // helperTimeout bounds each child: the writer until it has reported the
 // commits the test waits for, the checker until it has answered. The disk
@@ -48,26 +55,27 @@ const helperTimeout = time.Minute
 
 // TestSQLiteCommitsSurvivePowerCut checks the contract of Open: a write is
 // durable when it returns, also across a power cut. A child process commits
-// rows on the power-cut disk and reports each once its commit returned; the
-// test kills it while it commits, cuts the power and checks, in another
-// child, that every reported row is there. With SQLite's synchronous NORMAL
-// the same commits are lost, which shows that the test can fail.
+// rows on the power-cut disk from several goroutines and reports each once
+// its commit returned; the test kills it while it commits, cuts the power
+// and checks, in another child, that every reported row is there. The same
+// commits made past the shared fsync of Open's commits (database/sql
+// directly, with SQLite's synchronous NORMAL) are lost, which shows that
+// the test can fail.
 func TestSQLiteCommitsSurvivePowerCut(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		// pragma is run on the writer's one connection before the inserts.
-		pragma string
+		name   string
+		bypass bool // write through database/sql, past Open's commits
 		lost   bool
 	}{
 		{name: "as opened"},
-		{name: "synchronous NORMAL", pragma: "PRAGMA synchronous=NORMAL", lost: true},
+		{name: "past the shared fsync", bypass: true, lost: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			disk := powercut.Mount(t)
 			db := filepath.Join(disk.Dir, "data", "sless.db")
 			// The cut comes while the writer commits row cutAfter or later.
 			const cutAfter = 50
-			committed := writeUntilCut(t, disk, db, tt.pragma, cutAfter)
+			committed := writeUntilCut(t, disk, db, tt.bypass, cutAfter)
 
 			rows, integrity := checkDB(t, db)
 			var missing []int
@@ -92,11 +100,15 @@ func TestSQLiteCommitsSurvivePowerCut(t *testing.T) {
 // writeUntilCut runs the writer child on db until it reported at least
 // cutAfter commits, kills it, cuts the disk's power and returns the rows
 // it reported committed.
-func writeUntilCut(t *testing.T, disk *powercut.Disk, db, pragma string, cutAfter int) []int {
+func writeUntilCut(t *testing.T, disk *powercut.Disk, db string, bypass bool, cutAfter int) []int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), helperTimeout)
 	defer cancel()
-	cmd := helperCommand(ctx, helperWrite, db, envPragma+"="+pragma)
+	var env []string
+	if bypass {
+		env = append(env, envBypass+"=1")
+	}
+	cmd := helperCommand(ctx, helperWrite, db, env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -200,25 +212,33 @@ func TestSQLitePowerCutHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sqlDB.SetMaxOpenConns(1)
 	switch kind {
 	case helperWrite:
-		if pragma := os.Getenv(envPragma); pragma != "" {
-			if err := db.Exec(pragma).Error; err != nil {
-				t.Fatal(err)
-			}
-		}
 		if err := db.Exec("CREATE TABLE t (n INTEGER)").Error; err != nil {
 			t.Fatal(err)
 		}
+		insert := func(n int) error { return db.Exec("INSERT INTO t VALUES (?)", n).Error }
+		if os.Getenv(envBypass) != "" {
+			insert = func(n int) error {
+				_, err := sqlDB.Exec("INSERT INTO t VALUES (?)", n)
+				return err
+			}
+		}
 		// Until killed; the bound only keeps a lost parent from filling
 		// the disk.
-		for n := 0; n < 1_000_000; n++ {
-			if err := db.Exec("INSERT INTO t VALUES (?)", n).Error; err != nil {
-				t.Fatal(err)
-			}
-			fmt.Printf("committed %d\n", n)
+		var wg sync.WaitGroup
+		for w := range helperWriters {
+			wg.Go(func() {
+				for n := w; n < 1_000_000; n += helperWriters {
+					if err := insert(n); err != nil {
+						t.Error(err)
+						return
+					}
+					fmt.Printf("committed %d\n", n)
+				}
+			})
 		}
+		wg.Wait()
 	case helperCheck:
 		var rows []string
 		if err := db.Raw("SELECT n FROM t ORDER BY n").Scan(&rows).Error; err != nil {
