@@ -61,7 +61,10 @@ type conn struct {
 	bw *bufio.Writer
 }
 
-const bufSize = 16 << 10
+// bufSize is the size of a connection's read and write buffers, kept for
+// the instance's life: 4 KiB holds a hello's request and response whole; a
+// longer head line is assembled by readLine, a longer body streams past.
+const bufSize = 4 << 10
 
 // MaxHeadBytes bounds a response's status line and headers. It is far above
 // what a wrapper sends (X-Sless-Logs carries at most MaxLogBytes, which JSON
