@@ -60,14 +60,7 @@ func TestLogOfRefusedStatements(t *testing.T) {
 // durable: here a write that committed and still runs holds the read back
 // until it ends, so that what the read shows survives a power cut.
 func TestReadsWaitForTheWritesTheyMaySee(t *testing.T) {
-	db, _, err := sqldb.Open("sqlite:"+filepath.Join(t.TempDir(), "test.db"), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sqldb.Close(db) })
-	if err := db.AutoMigrate(&item{}); err != nil {
-		t.Fatal(err)
-	}
+	db := openItems(t)
 	committed, release := make(chan struct{}), make(chan struct{})
 	written := make(chan error, 1)
 	go func() {
@@ -104,14 +97,7 @@ func TestReadsWaitForTheWritesTheyMaySee(t *testing.T) {
 // Writes run one at a time: a write, even a single statement, waits for
 // the transaction that runs through Write.
 func TestWritesRunOneAtATime(t *testing.T) {
-	db, _, err := sqldb.Open("sqlite:"+filepath.Join(t.TempDir(), "test.db"), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sqldb.Close(db) })
-	if err := db.AutoMigrate(&item{}); err != nil {
-		t.Fatal(err)
-	}
+	db := openItems(t)
 	started, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
@@ -142,4 +128,18 @@ func TestWritesRunOneAtATime(t *testing.T) {
 	if strings.Join(names, ",") != "a,b" {
 		t.Errorf("items in insert order: %v, want [a b]", names)
 	}
+}
+
+// openItems opens a new SQLite database with the item table.
+func openItems(t *testing.T) *gorm.DB {
+	t.Helper()
+	db, _, err := sqldb.Open("sqlite:"+filepath.Join(t.TempDir(), "test.db"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqldb.Close(db) })
+	if err := db.AutoMigrate(&item{}); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
