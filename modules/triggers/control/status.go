@@ -3,13 +3,13 @@ package control
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/modules/triggers"
 )
 
@@ -33,11 +33,10 @@ type StatusKeeper struct {
 	specs    map[triggers.Key]labels
 	inflight map[triggers.Key]int
 
-	// writing serializes the store writes of each trigger's status
-	// (striped by key), and a write takes its snapshot under it: a flush
-	// that snapshotted before a phase change can then not write its older
-	// status over the new phase.
-	writing [32]sync.Mutex
+	// writing serializes the store writes of each trigger's status, and a
+	// write takes its snapshot under it: a flush that snapshotted before a
+	// phase change can then not write its older status over the new phase.
+	writing keylock.Map[triggers.Key]
 
 	base context.Context // for flushes; from Start, never cancelled
 	stop chan struct{}
@@ -111,9 +110,7 @@ func (k *StatusKeeper) forget(key triggers.Key) {
 // the API shows it when the change it answers is visible.
 func (k *StatusKeeper) setPhase(ctx context.Context, t *triggers.Trigger, phase, msg string) error {
 	k.track(t)
-	w := k.writeLock(t.Key())
-	w.Lock()
-	defer w.Unlock()
+	defer k.writing.Lock(t.Key())()
 	k.mu.Lock()
 	st := k.statuses[t.Key()]
 	st.Phase, st.Message, st.ObservedGeneration = phase, msg, t.Generation
@@ -178,15 +175,6 @@ func (k *StatusKeeper) ended(key triggers.Key) {
 	}
 }
 
-// writeLock returns the lock that orders the status writes of key.
-func (k *StatusKeeper) writeLock(key triggers.Key) *sync.Mutex {
-	h := fnv.New32a()
-	h.Write([]byte(key.Namespace))
-	h.Write([]byte{0})
-	h.Write([]byte(key.Name))
-	return &k.writing[h.Sum32()%uint32(len(k.writing))]
-}
-
 // flush writes the statuses that changed since the last flush.
 func (k *StatusKeeper) flush(ctx context.Context) {
 	k.mu.Lock()
@@ -200,9 +188,7 @@ func (k *StatusKeeper) flush(ctx context.Context) {
 
 // flushOne writes key's status as it is now, unless it was forgotten.
 func (k *StatusKeeper) flushOne(ctx context.Context, key triggers.Key) {
-	w := k.writeLock(key)
-	w.Lock()
-	defer w.Unlock()
+	defer k.writing.Lock(key)()
 	k.mu.Lock()
 	st, ok := k.statuses[key]
 	var snapshot triggers.Status
