@@ -114,11 +114,11 @@ func (s *Triggers) RemoveFinalizer(ctx context.Context, key triggers.Key, name s
 
 // Get implements triggers.Store.
 func (s *Triggers) Get(ctx context.Context, key triggers.Key) (*triggers.Trigger, error) {
-	var cr v1alpha1.Trigger
-	if err := s.s.Get(ctx, key, &cr); err != nil {
+	cr, err := s.GetCR(ctx, key)
+	if err != nil {
 		return nil, err
 	}
-	return crconv.TriggerFromCR(&cr, key.Namespace), nil
+	return crconv.TriggerFromCR(cr, key.Namespace), nil
 }
 
 // List implements triggers.Store; see kubestore.Page for its cost.
