@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"sless.kube5s.ru/sless/internal/crconv"
-	"sless.kube5s.ru/sless/internal/kubestore"
 	"sless.kube5s.ru/sless/internal/names"
 	"sless.kube5s.ru/sless/modules/reconciler"
 	"sless.kube5s.ru/sless/modules/triggers"
@@ -42,6 +41,13 @@ type IngressOptions struct {
 	Service string
 }
 
+// fieldOwner is the field manager of the Ingresses, and the value of their
+// managedByLabel: sless, as for every object sless writes.
+const (
+	fieldOwner     = "sless"
+	managedByLabel = "app.kubernetes.io/managed-by"
+)
+
 var kindIngress = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "Ingress"}
 
 // IngressPath is the path the Ingress of a trigger of function fn in API
@@ -61,9 +67,9 @@ func MakeIngress(t *triggers.Trigger, o IngressOptions) *networkingv1.Ingress {
 			Name:      names.TriggerIngress(t.Namespace, t.Name),
 			Namespace: o.Namespace,
 			Labels: map[string]string{
-				kubestore.ManagedByLabel: kubestore.FieldOwner,
-				names.NamespaceLabel:     t.Namespace,
-				names.TriggerLabel:       names.LabelValue(t.Name),
+				managedByLabel:       fieldOwner,
+				names.NamespaceLabel: t.Namespace,
+				names.TriggerLabel:   names.LabelValue(t.Name),
 			},
 		},
 		Spec: networkingv1.IngressSpec{
@@ -160,7 +166,7 @@ func (r *withIngress) Reconcile(ctx context.Context, key triggers.Key) (reconcil
 // field it sets: a field the trigger no longer sets (a class, TLS) is
 // removed.
 func (r *withIngress) applyIngress(ctx context.Context, ing *networkingv1.Ingress) error {
-	if err := r.c.Patch(ctx, ing, client.Apply, client.FieldOwner(kubestore.FieldOwner), client.ForceOwnership); err != nil {
+	if err := r.c.Patch(ctx, ing, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying ingress %s/%s: %w", ing.Namespace, ing.Name, err)
 	}
 	return nil
