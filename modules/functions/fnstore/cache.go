@@ -16,13 +16,16 @@ const (
 	cacheOverhead = 1 << 10
 )
 
-// cache keeps the functions that Get read, so that the reconciler's and the
-// API's reads of a function (about ten per deploy) cost no statement. It is
-// correct because the store is the only writer of its table (a database
-// belongs to one embedded server: its data directory's lock, and its
-// reconcilers and trigger runners, would not work with two): every write
-// invalidates the function's entry after it committed, and a read that
-// overlapped an invalidation keeps nothing of what it read.
+// cache keeps the functions that the store read and wrote, so that the
+// reconciler's and the API's reads of a function (about ten per deploy)
+// cost no statement, and no wait for the database's disk. It is correct
+// because the store is the only writer of its table (a database belongs to
+// one embedded server: its data directory's lock, and its reconcilers and
+// trigger runners, would not work with two): every write puts the function
+// as stored (or forgets it) once the write returned, writes of one function
+// reach the cache in the order they committed (the store's per-function
+// lock), and a read that overlapped a write keeps nothing of what it read.
+// So the cache holds only what is durable.
 //
 // The cache is safe for concurrent use. It holds its own copies: get and
 // fill copy what goes in and out, since callers may change a Function.
@@ -55,17 +58,33 @@ func (c *cache) begin() uint64 {
 }
 
 // fill keeps a copy of fn, read from the database in a read that began at
-// epoch, unless a write invalidated anything since (what it read may be
-// older than that write).
+// epoch, unless a write reached the cache since (what it read may be older
+// than that write).
 func (c *cache) fill(k functions.Key, fn *functions.Function, epoch uint64) {
-	size := cost(fn)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.epoch != epoch {
 		return
 	}
+	c.keep(k, fn)
+}
+
+// put keeps a copy of fn as a write of it left it; call it after the write
+// returned.
+func (c *cache) put(k functions.Key, fn *functions.Function) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	c.keep(k, fn)
+}
+
+// keep stores a copy of fn under k, evicting entries to stay within
+// maxCacheBytes. Called with mu held.
+func (c *cache) keep(k functions.Key, fn *functions.Function) {
+	size := cost(fn)
 	if old, ok := c.fns[k]; ok {
 		c.bytes -= cost(old)
+		delete(c.fns, k)
 	}
 	for other, o := range c.fns {
 		if c.bytes+size <= maxCacheBytes {
@@ -79,7 +98,8 @@ func (c *cache) fill(k functions.Key, fn *functions.Function, epoch uint64) {
 	c.bytes += size
 }
 
-// invalidate forgets k's function; call it after a write of it committed.
+// invalidate forgets k's function; call it after a write of it that
+// returned an error, or deleted it.
 func (c *cache) invalidate(k functions.Key) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -6,9 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"gorm.io/gorm"
 
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
@@ -62,18 +67,109 @@ func TestCacheStaysWithinItsBudget(t *testing.T) {
 	}
 }
 
-// After concurrent writes and reads, a read gives the last write.
-func TestStoreReadsItsLastWrite(t *testing.T) {
+// openSQLite returns a migrated SQLite database in a temporary directory.
+func openSQLite(t *testing.T) *gorm.DB {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db, _, err := sqldb.Open("sqlite:"+filepath.Join(t.TempDir(), "db"), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sqldb.Close(db) })
-	ctx := context.Background()
-	if err := sqldb.Migrate(ctx, db, Migrations()); err != nil {
+	if err := sqldb.Migrate(context.Background(), db, Migrations()); err != nil {
 		t.Fatal(err)
 	}
+	return db
+}
+
+// What the store wrote, it reads back from the cache: a deploy's reads of
+// its function cost no statement.
+func TestStoreReadsWhatItWroteWithoutAStatement(t *testing.T) {
+	db := openSQLite(t)
+	var reads atomic.Int64
+	if err := db.Callback().Query().Before("gorm:query").Register("test:count", func(*gorm.DB) { reads.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	s := New(db)
+	ctx := context.Background()
+	k := functions.Key{Namespace: "ns", Name: "f"}
+	created, err := s.Create(ctx, &functions.Function{Namespace: "ns", Name: "f", Spec: functions.Spec{Runtime: "python3.11"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string, want *functions.Function) {
+		t.Helper()
+		got, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after %s, Get = %+v; want what the write returned, %+v", step, got, want)
+		}
+	}
+	check("Create", created)
+	coded, err := s.SetCode(ctx, k, "code-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("SetCode", coded)
+	st := functions.Status{Phase: functions.PhaseReady, Message: "ready", UpdatedAt: time.Now(),
+		Conditions: []functions.Condition{{Type: "Ready", Status: "True", LastTransitionTime: time.Now()}}}
+	if err := s.UpdateStatus(ctx, k, st); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("the store read its function %d times; want it served from the cache", n)
+	}
+	// The function as the cache gives it is the function as stored.
+	cached, _ := s.Get(ctx, k)
+	s.cache.invalidate(k)
+	check("UpdateStatus, read from the database", cached)
+}
+
+// Two writes of one function that run at once reach the cache in the order
+// they committed: the one that committed first, held up on its way to the
+// cache, does not replace the later one's function there.
+func TestStoreCacheFollowsTheCommitOrder(t *testing.T) {
+	db := openSQLite(t)
+	type slowKey struct{}
+	committed := make(chan struct{})
+	err := db.Callback().Update().After("gorm:update").Register("test:slow", func(db *gorm.DB) {
+		if db.Statement.Context.Value(slowKey{}) != nil {
+			close(committed)
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(db)
+	ctx := context.Background()
+	k := functions.Key{Namespace: "ns", Name: "f"}
+	if _, err := s.Create(ctx, &functions.Function{Namespace: "ns", Name: "f", Spec: functions.Spec{Runtime: "python3.11"}}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := s.SetCode(context.WithValue(ctx, slowKey{}, true), k, "code-1"); err != nil {
+			t.Error(err)
+		}
+	})
+	<-committed
+	if err := s.UpdateStatus(ctx, k, functions.Status{Phase: functions.PhaseBuilding, Message: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	fn, err := s.Get(ctx, k)
+	if err != nil || fn.CodeSHA256 != "code-1" || fn.Status.Message != "second" {
+		t.Fatalf("Get = %+v, %v; want both writes (code-1, status second)", fn, err)
+	}
+}
+
+// After concurrent writes and reads, a read gives the last write.
+func TestStoreReadsItsLastWrite(t *testing.T) {
+	db := openSQLite(t)
+	ctx := context.Background()
 	s := New(db)
 	k := functions.Key{Namespace: "ns", Name: "f"}
 	if _, err := s.Create(ctx, &functions.Function{Namespace: "ns", Name: "f", Spec: functions.Spec{Runtime: "python3.11"}}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"sless.kube5s.ru/sless/internal/keylock"
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/storage/sqldb"
@@ -117,12 +118,17 @@ func Migrations() []sqldb.Migration {
 	}}
 }
 
-// Store implements functions.Store. It caches the functions it reads (see
-// cache), so it must be its database's only writer of functions, as the
-// embedded mode's server is.
+// Store implements functions.Store. It caches the functions it reads and
+// writes (see cache), so it must be its database's only writer of
+// functions, as the embedded mode's server is.
 type Store struct {
 	db    *gorm.DB
 	cache *cache
+	// writes orders the writes of each function, so that the cache keeps
+	// the function as its last write left it: two writes of one function
+	// that ran at once could otherwise reach the cache in the opposite
+	// order to their commits.
+	writes keylock.Map[functions.Key]
 }
 
 // New returns a store on db; the migrations must have run.
@@ -139,15 +145,31 @@ func (s *Store) Create(ctx context.Context, fn *functions.Function) (*functions.
 	r.Generation = 1
 	r.StatusPhase = string(functions.PhasePending)
 	r.StatusUpdatedAt = sqldb.Now()
-	err = s.db.WithContext(ctx).Create(&r).Error
-	s.cache.invalidate(fn.Key())
+	key := fn.Key()
+	defer s.writes.Lock(key)()
+	// RETURNING: the cache keeps the row as stored, as a read would give.
+	err = s.db.WithContext(ctx).Clauses(clause.Returning{}).Create(&r).Error
 	if err != nil {
+		s.cache.invalidate(key)
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
 			return nil, fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, functions.ErrAlreadyExists)
 		}
 		return nil, fmt.Errorf("creating function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
-	return fromRow(&r)
+	return s.written(key, &r)
+}
+
+// written returns the function a write left as r and keeps it in the
+// cache; call it with the function's write lock held, once the write
+// returned (and so is durable).
+func (s *Store) written(key functions.Key, r *row) (*functions.Function, error) {
+	fn, err := fromRow(r)
+	if err != nil {
+		s.cache.invalidate(key)
+		return nil, err
+	}
+	s.cache.put(key, fn)
+	return fn, nil
 }
 
 // Get implements functions.Store.
@@ -243,17 +265,26 @@ func (s *Store) SetCode(ctx context.Context, key functions.Key, codeSHA256 strin
 func (s *Store) update(ctx context.Context, key functions.Key, cols map[string]any) (*functions.Function, error) {
 	cols["generation"] = gorm.Expr("generation + 1")
 	cols["updated_at"] = sqldb.Now()
+	return s.updateReturning(ctx, key, cols, "updating function %s: %w")
+}
+
+// updateReturning writes cols of key's function in one statement (UPDATE
+// ... RETURNING) and returns the function as stored, which the cache then
+// keeps. errFormat wraps a database error, given the key and the error.
+func (s *Store) updateReturning(ctx context.Context, key functions.Key, cols map[string]any, errFormat string) (*functions.Function, error) {
+	defer s.writes.Lock(key)()
 	var out []row
 	err := s.db.WithContext(ctx).Model(&out).Clauses(clause.Returning{}).
 		Where("namespace = ? AND name = ?", key.Namespace, key.Name).Updates(cols).Error
-	s.cache.invalidate(key)
 	if err != nil {
-		return nil, fmt.Errorf("updating function %s: %w", key, err)
+		s.cache.invalidate(key)
+		return nil, fmt.Errorf(errFormat, key, err)
 	}
 	if len(out) == 0 {
+		s.cache.invalidate(key)
 		return nil, fmt.Errorf("function %s: %w", key, functions.ErrNotFound)
 	}
-	return fromRow(&out[0])
+	return s.written(key, &out[0])
 }
 
 // UpdateStatus implements functions.Store.
@@ -267,27 +298,20 @@ func (s *Store) UpdateStatus(ctx context.Context, key functions.Key, st function
 	if err != nil {
 		return fmt.Errorf("encoding the conditions of function %s: %w", key, err)
 	}
-	res := s.db.WithContext(ctx).Model(&row{}).Where("namespace = ? AND name = ?", key.Namespace, key.Name).
-		Updates(map[string]any{
-			"status_phase": string(st.Phase), "status_message": st.Message,
-			"status_code_sha256": st.CodeSHA256, "status_build_log": st.BuildLog,
-			"status_observed_generation": st.ObservedGeneration, "status_updated_at": st.UpdatedAt.UTC().Truncate(time.Microsecond),
-			"status_conditions": string(condJSON),
-			"status_artifact":   st.Artifact, "status_build_key": st.BuildKey,
-			"status_artifact_runtime": st.ArtifactRuntime, "status_artifact_handler": st.ArtifactHandler,
-		})
-	s.cache.invalidate(key)
-	if res.Error != nil {
-		return fmt.Errorf("updating the status of function %s: %w", key, res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return fmt.Errorf("function %s: %w", key, functions.ErrNotFound)
-	}
-	return nil
+	_, err = s.updateReturning(ctx, key, map[string]any{
+		"status_phase": string(st.Phase), "status_message": st.Message,
+		"status_code_sha256": st.CodeSHA256, "status_build_log": st.BuildLog,
+		"status_observed_generation": st.ObservedGeneration, "status_updated_at": st.UpdatedAt.UTC().Truncate(time.Microsecond),
+		"status_conditions": string(condJSON),
+		"status_artifact":   st.Artifact, "status_build_key": st.BuildKey,
+		"status_artifact_runtime": st.ArtifactRuntime, "status_artifact_handler": st.ArtifactHandler,
+	}, "updating the status of function %s: %w")
+	return err
 }
 
 // Delete implements functions.Store.
 func (s *Store) Delete(ctx context.Context, key functions.Key) error {
+	defer s.writes.Lock(key)()
 	res := s.db.WithContext(ctx).Where("namespace = ? AND name = ?", key.Namespace, key.Name).Delete(&row{})
 	s.cache.invalidate(key)
 	if res.Error != nil {
