@@ -50,10 +50,6 @@ const FieldOwner = "sless"
 // namespace is never one huge response. A variable for the tests.
 var chunkSize int64 = 250
 
-// ManagedByLabel, with the value FieldOwner, marks the namespaces a store
-// created.
-const ManagedByLabel = "app.kubernetes.io/managed-by"
-
 // conflictBackoff paces the retries of an update that lost a race with
 // another write: 35 tries, 5 ms apart at first and 1.2 times longer each
 // time (up to 2.4 s), about 15 seconds in all. Ten tries within two
@@ -212,7 +208,7 @@ func isNamespaceMissing(err error) bool {
 // Pod Security labels) before it runs anything there.
 func (s *Store) createNamespace(ctx context.Context, apiNS string) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.Namespace(apiNS),
-		Labels: map[string]string{ManagedByLabel: FieldOwner, names.NamespaceLabel: apiNS}}}
+		Labels: map[string]string{names.ManagedByLabel: names.ManagedBy, names.NamespaceLabel: apiNS}}}
 	err := s.c.Create(ctx, ns, client.FieldOwner(FieldOwner))
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", s.Namespace(apiNS), err)

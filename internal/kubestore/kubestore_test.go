@@ -104,7 +104,7 @@ func TestCreateMakesTheNamespace(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: s.Namespace("fresh")}, &ns); err != nil {
 		t.Fatalf("the namespace of the created functions: %v", err)
 	}
-	want := map[string]string{ManagedByLabel: FieldOwner, names.NamespaceLabel: "fresh", "kubernetes.io/metadata.name": ns.Name}
+	want := map[string]string{names.ManagedByLabel: names.ManagedBy, names.NamespaceLabel: "fresh", "kubernetes.io/metadata.name": ns.Name}
 	if diff := cmp.Diff(want, ns.Labels); diff != "" || !strings.HasSuffix(ns.Name, names.Namespace("fresh")) {
 		t.Errorf("namespace %s, labels (-want +got):\n%s", ns.Name, diff)
 	}

@@ -53,6 +53,14 @@ func Namespace(ns string) string { return fit("sless-fn-", ns, MaxLabel) }
 // namespace is a valid label value as it is.
 const NamespaceLabel = "sless.kube5s.ru/namespace"
 
+// ManagedByLabel, with the value ManagedBy, marks every Kubernetes object
+// sless makes: a tenant's namespace, the objects of its functions,
+// triggers and builds.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "sless"
+)
+
 // FunctionLabel is the label whose value is the name of the function
 // (LabelValue of it) that an object of the cluster mode runs, such as its
 // Deployment and pods.

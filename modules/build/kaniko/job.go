@@ -38,10 +38,8 @@ const (
 	// AnnotationContext is the key of the Job's build context in S3
 	// (Contexts), removed once the Job ended.
 	AnnotationContext = "sless.kube5s.ru/context"
-	// LabelManagedBy, with the value ManagedBy, and LabelComponent, with
-	// the value Component, mark every build Job and pod.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "sless"
+	// LabelComponent, with the value Component, and names.ManagedByLabel
+	// mark every build Job and pod.
 	LabelComponent = "app.kubernetes.io/component"
 	Component      = "build"
 )
@@ -100,11 +98,11 @@ type BuildJob struct {
 // download runs as a user with nothing but a writable workspace.
 func MakeBuildJob(c Config, j BuildJob) *batchv1.Job {
 	labels := map[string]string{
-		LabelManagedBy: ManagedBy,
-		LabelComponent: Component,
-		LabelNamespace: names.LabelValue(j.Request.Namespace),
-		LabelFunction:  names.LabelValue(j.Request.Function),
-		LabelKey:       names.LabelValue(j.Request.Key()),
+		names.ManagedByLabel: names.ManagedBy,
+		LabelComponent:       Component,
+		LabelNamespace:       names.LabelValue(j.Request.Namespace),
+		LabelFunction:        names.LabelValue(j.Request.Function),
+		LabelKey:             names.LabelValue(j.Request.Key()),
 	}
 	os, arch, _ := strings.Cut(c.Platform, "/")
 	args := []string{

@@ -47,11 +47,6 @@ const (
 	// on every object of a function and on its pods; the Deployment, the
 	// Service and the NetworkPolicy select the pods by it alone.
 	LabelFunction = names.FunctionLabel
-	// LabelManagedBy, with the value ManagedBy, marks every object the
-	// executor made.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// ManagedBy is the value of LabelManagedBy.
-	ManagedBy = "sless"
 	// AnnotationVersion on a pod template is the runtime.Target's Version
 	// its pods run: a new version changes the template, which rolls the
 	// pods.
@@ -157,7 +152,7 @@ func (p Peer) check() error {
 // object names its function, which the cluster mode's controllers map its
 // events to.
 func labels(ns, fn string) map[string]string {
-	return map[string]string{LabelManagedBy: ManagedBy, names.NamespaceLabel: ns, LabelFunction: names.LabelValue(fn)}
+	return map[string]string{names.ManagedByLabel: names.ManagedBy, names.NamespaceLabel: ns, LabelFunction: names.LabelValue(fn)}
 }
 
 // selector selects function fn's pods.

@@ -57,7 +57,7 @@ func MakeNamespace(ns string) *corev1.Namespace {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: names.Namespace(ns),
 			Labels: map[string]string{
-				LabelManagedBy:                               ManagedBy,
+				names.ManagedByLabel:                         names.ManagedBy,
 				names.NamespaceLabel:                         ns,
 				"pod-security.kubernetes.io/enforce":         podSecurityLevel,
 				"pod-security.kubernetes.io/enforce-version": "latest",
@@ -80,7 +80,7 @@ func MakePullSecret(ns string, o Options) *corev1.Secret {
 		TypeMeta: kindSecret,
 		ObjectMeta: metav1.ObjectMeta{
 			Name: names.ImagePullSecret, Namespace: names.Namespace(ns),
-			Labels: map[string]string{LabelManagedBy: ManagedBy},
+			Labels: map[string]string{names.ManagedByLabel: names.ManagedBy},
 		},
 		Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: o.ImagePullSecret},

@@ -41,12 +41,9 @@ type IngressOptions struct {
 	Service string
 }
 
-// fieldOwner is the field manager of the Ingresses, and the value of their
-// managedByLabel: sless, as for every object sless writes.
-const (
-	fieldOwner     = "sless"
-	managedByLabel = "app.kubernetes.io/managed-by"
-)
+// fieldOwner is the field manager of the Ingresses: sless, as for every
+// object sless writes.
+const fieldOwner = "sless"
 
 var kindIngress = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "Ingress"}
 
@@ -67,7 +64,7 @@ func MakeIngress(t *triggers.Trigger, o IngressOptions) *networkingv1.Ingress {
 			Name:      names.TriggerIngress(t.Namespace, t.Name),
 			Namespace: o.Namespace,
 			Labels: map[string]string{
-				managedByLabel:       fieldOwner,
+				names.ManagedByLabel: names.ManagedBy,
 				names.NamespaceLabel: t.Namespace,
 				names.TriggerLabel:   names.LabelValue(t.Name),
 			},
