@@ -1,29 +1,45 @@
 // Package keylock serializes work per key: one mutex per key, made on first
-// use.
+// use and dropped once no one holds or waits for it.
 package keylock
 
 import "sync"
 
 // Map holds a mutex per key. The zero value is ready to use; it is safe for
-// concurrent use. Mutexes are kept for the map's lifetime, which suits keys
-// that name long-lived objects.
+// concurrent use. A key's mutex exists only while someone holds or waits
+// for it, so a map of keys that come and go (functions created and
+// deleted, builds of ever new code) does not grow with every key it saw.
 type Map[K comparable] struct {
 	mu    sync.Mutex
-	locks map[K]*sync.Mutex
+	locks map[K]*entry
 }
 
-// Lock locks the key's mutex and returns its unlock function.
+type entry struct {
+	mu   sync.Mutex
+	refs int // holders and waiters; by Map.mu
+}
+
+// Lock locks the key's mutex and returns its unlock function, which must be
+// called once.
 func (m *Map[K]) Lock(key K) (unlock func()) {
 	m.mu.Lock()
 	if m.locks == nil {
-		m.locks = map[K]*sync.Mutex{}
+		m.locks = map[K]*entry{}
 	}
-	l, ok := m.locks[key]
+	e, ok := m.locks[key]
 	if !ok {
-		l = &sync.Mutex{}
-		m.locks[key] = l
+		e = &entry{}
+		m.locks[key] = e
 	}
+	e.refs++
 	m.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		m.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(m.locks, key)
+		}
+		m.mu.Unlock()
+	}
 }
