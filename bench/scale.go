@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"sless.kube5s.ru/sless/client"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/triggers"
@@ -79,6 +82,10 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	if err != nil {
 		return err
 	}
+	apiTimes, err := deployRequestTimes(srv.endpoint)
+	if err != nil {
+		return err
+	}
 
 	logf("scale: warming %d functions", warm)
 	paths := make([]string, warm)
@@ -130,6 +137,7 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	fmt.Fprintf(report, "| deploy of all (create, upload, http trigger, until every one is Ready) | %.1f s |\n", deployTime.Seconds())
 	fmt.Fprintf(report, "| server CPU per function deployed (user + system, the list polling included) | %.1f ms |\n",
 		float64(cpuAfter-cpuBefore)/ticksPerSecond*1000/float64(n))
+	fmt.Fprintf(report, "| mean server time of a deploy's requests: create, upload, http trigger | %s |\n", apiTimes)
 	fmt.Fprintf(report, "| server RSS with all deployed, none warm | %.0f MB |\n", rssDeployed/1e6)
 	fmt.Fprintf(report, "| server RSS with %d warm, after the load | %.0f MB |\n", warm, rssWarm/1e6)
 	pythonPSS := 0.0
@@ -146,6 +154,49 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	fmt.Fprintf(report, "| p99 across the warm functions ÷ p99 of the one alone | %.2f |\n", float64(spread.p99)/float64(single.p99))
 	fmt.Fprintf(report, "| idle server CPU, %% of one core | %.2f %% |\n", idle*100)
 	return nil
+}
+
+// deployRequests are the routes of a deploy's requests, in their order, as
+// the server's request histogram labels them.
+var deployRequests = []string{
+	"/v1/namespaces/:ns/functions",
+	"/v1/namespaces/:ns/functions/:name/upload",
+	"/v1/namespaces/:ns/triggers",
+}
+
+// deployRequestTimes returns the mean time the server took over each of a
+// deploy's POST requests, from its /metrics: where a deploy's time goes.
+func deployRequestTimes(endpoint string) (string, error) {
+	resp, err := http.Get(endpoint + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("reading the server's metrics: %w", err)
+	}
+	sum := map[string]float64{}
+	count := map[string]uint64{}
+	for _, m := range families["sless_http_request_duration_seconds"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["method"] == http.MethodPost {
+			sum[labels["route"]] += m.GetHistogram().GetSampleSum()
+			count[labels["route"]] += m.GetHistogram().GetSampleCount()
+		}
+	}
+	means := make([]string, len(deployRequests))
+	for i, route := range deployRequests {
+		if count[route] == 0 {
+			return "", fmt.Errorf("the server's metrics have no POST %s", route)
+		}
+		means[i] = msStr(time.Duration(sum[route] / float64(count[route]) * float64(time.Second)))
+	}
+	return strings.Join(means, ", "), nil
 }
 
 // scaleName is the name of the i-th function of the scale run: even ones
