@@ -334,7 +334,13 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 	if readsStartupEnv(p, t.Env) {
 		pr, err = e.spawn(ctx, p, envList(env), t.Artifact)
 	} else {
-		pr, err = e.generic(ctx, p, t.Namespace)
+		var refill func()
+		pr, refill, err = e.generic(ctx, p, t.Namespace)
+		if refill != nil {
+			// After the specialize: the spare's replacement must not take
+			// the CPU from the cold start that took the spare.
+			defer refill()
+		}
 	}
 	if err != nil {
 		e.log.Error("an instance process could not be started", "namespace", t.Namespace, "function", t.Name, "error", err)
@@ -359,8 +365,9 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*proce
 // the namespace's zygote where p's instances are forked, else a spare or a
 // process started now. Until the zygote runs, a spare that is ready serves
 // (and the zygote starts in the background); when none is, waiting for the
-// zygote costs no more than starting a process.
-func (e *Executor) generic(ctx context.Context, p runtime.Provider, ns string) (*process, error) {
+// zygote costs no more than starting a process. refill, when not nil,
+// replaces the spare it returned: the caller calls it once.
+func (e *Executor) generic(ctx context.Context, p runtime.Provider, ns string) (pr *process, refill func(), err error) {
 	e.mu.Lock()
 	s := e.sparesLocked(p)
 	e.mu.Unlock()
@@ -371,10 +378,10 @@ func (e *Executor) generic(ctx context.Context, p runtime.Provider, ns string) (
 	if !f.running() {
 		if pr := s.takeReady(); pr != nil {
 			e.wg.Go(func() { f.zygote(e.ctx) })
-			return pr, nil
+			return pr, s.ensure, nil
 		}
 	}
-	pr, err := f.take(ctx)
+	pr, refill, err = f.take(ctx)
 	if err != nil && ctx.Err() == nil {
 		// A zygote that started but cannot fork must not fail cold starts.
 		e.log.Error("forking an instance failed; starting one instead", "runtime", p.Name(), "namespace", ns, "error", err)
@@ -382,7 +389,7 @@ func (e *Executor) generic(ctx context.Context, p runtime.Provider, ns string) (
 		pr, err = nil, nil
 	}
 	if pr != nil || err != nil {
-		return pr, err
+		return pr, refill, err
 	}
 	return s.take(ctx)
 }
@@ -571,17 +578,18 @@ func (s *spares) startOne() {
 	}
 }
 
-// take returns a ready spare, or starts a process when none is ready, and
-// starts a replacement in the background.
-func (s *spares) take(ctx context.Context) (*process, error) {
+// take returns a ready spare and refill, which starts its replacement, or
+// starts a process when none is ready (and the spares in the background).
+func (s *spares) take(ctx context.Context) (pr *process, refill func(), err error) {
 	if pr := s.takeReady(); pr != nil {
-		return pr, nil
+		return pr, s.ensure, nil
 	}
-	return s.e.spawn(ctx, s.p, s.e.baseEnv, "")
+	pr, err = s.e.spawn(ctx, s.p, s.e.baseEnv, "")
+	return pr, nil, err
 }
 
-// takeReady returns a ready spare, or nil, and starts a replacement in the
-// background.
+// takeReady returns a ready spare, whose replacement the caller starts with
+// ensure; or nil, and then starts the spares in the background.
 func (s *spares) takeReady() *process {
 	s.mu.Lock()
 	var pr *process
@@ -593,7 +601,9 @@ func (s *spares) takeReady() *process {
 		}
 	}
 	s.mu.Unlock()
-	s.ensure()
+	if pr == nil {
+		s.ensure()
+	}
 	return pr
 }
 

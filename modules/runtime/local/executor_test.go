@@ -269,6 +269,10 @@ func TestScaleToZeroAndMinInstances(t *testing.T) {
 	warm.MinInstances = 1
 	e.Deploy(context.Background(), warm)
 	first := invoke(t, e, "idle", "")
+	// The min instance starts in the background.
+	testenv.Eventually(t, 30*time.Second, "the min instance to start", func() bool {
+		return local.PoolOf(e, "default", "warm").Up == 1
+	})
 	local.ReapAt(e, time.Now().Add(2*time.Hour))
 	if r := invoke(t, e, "idle", ""); r.err != nil || r.lease.ColdStart() == 0 || r.body == first.body {
 		if r.err != nil {

@@ -70,6 +70,20 @@ func ZygotePid(e *Executor, rt, ns string) int {
 	return f.z.Pid()
 }
 
+// ForkedSpares returns how many spares the zygote of runtime rt in
+// namespace ns has ready, and how many it is forking.
+func ForkedSpares(e *Executor, rt, ns string) (ready, forking int) {
+	e.mu.RLock()
+	f := e.forkers[forkerKey{rt, ns}]
+	e.mu.RUnlock()
+	if f == nil {
+		return 0, 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.spares), f.forking
+}
+
 // InstancePids returns the pids of the instances of function ns/name.
 func InstancePids(e *Executor, ns, name string) []int {
 	e.mu.RLock()

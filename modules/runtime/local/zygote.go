@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -74,29 +75,46 @@ func (f *forker) running() bool {
 	return f.z != nil && f.z.Forking()
 }
 
-// take returns a forked spare, or forks a process, starting the zygote (or
-// waiting for the start in progress) if need be. It returns nil, nil when
-// the zygote cannot start now: the caller starts a process instead.
-func (f *forker) take(ctx context.Context) (*process, error) {
+// take returns a forked spare and refill, which forks its replacement, or
+// forks a process when none is ready (and the spares in the background),
+// starting the zygote (or waiting for the start in progress) if need be.
+// It returns no process and no error when the zygote cannot start now: the
+// caller starts a process instead.
+func (f *forker) take(ctx context.Context) (pr *process, refill func(), err error) {
 	z, err := f.zygote(ctx)
 	if z == nil || err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f.mu.Lock()
 	f.lastUsed = time.Now()
-	var pr *process
 	for len(f.spares) > 0 && pr == nil {
 		pr, f.spares = f.spares[0], f.spares[1:]
 		if pr.exited() {
 			pr = nil
 		}
 	}
-	f.ensureLocked()
+	if pr == nil {
+		f.ensureLocked()
+	}
 	f.mu.Unlock()
 	if pr != nil {
-		return pr, nil
+		return pr, f.ensure, nil
 	}
-	return f.fork(ctx, z)
+	pr, err = f.fork(ctx, z)
+	if errors.Is(err, sandbox.ErrNotForking) {
+		// The zygote ended between zygote's check and the fork, which did
+		// not break it: the caller starts a process, and the next take a
+		// zygote, with no wait for a retry.
+		return nil, nil, nil
+	}
+	return pr, nil, err
+}
+
+// ensure forks spares in the background up to the executor's number.
+func (f *forker) ensure() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ensureLocked()
 }
 
 // zygote returns the running zygote, starting one if there is none and it

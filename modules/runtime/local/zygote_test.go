@@ -230,6 +230,12 @@ func TestForkedInstancesOutliveTheirZygote(t *testing.T) {
 	if r := invokeIn(t, e, "default", "forked", "{}"); r.err != nil {
 		t.Fatal(r.err)
 	}
+	// The spare that replaces the one the cold start took is forked after
+	// it: once it is there, the zygote's children are all known.
+	testenv.Eventually(t, 30*time.Second, "the spare replaced", func() bool {
+		ready, forking := local.ForkedSpares(e, "python3.11", "default")
+		return ready == 1 && forking == 0
+	})
 	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", first, first))
 	if err != nil {
 		t.Fatal(err)

@@ -295,6 +295,10 @@ func (z *Zygote) Pid() int { return z.cmd.Process.Pid }
 // Retire once its instances have exited, or when it failed.
 func (z *Zygote) Done() <-chan struct{} { return z.done }
 
+// ErrNotForking is Fork's error when the zygote was retired, or its process
+// had ended, before the fork began: the fork did not break it.
+var ErrNotForking = errors.New("the zygote is not forking")
+
 // Forking reports whether the zygote can still fork: it has not been
 // retired and its zygote process runs.
 func (z *Zygote) Forking() bool {
@@ -352,7 +356,7 @@ func (z *Zygote) Fork(ctx context.Context, in *Instance, env []string, files For
 	z.mu.Lock()
 	if !z.alive || z.retiring {
 		z.mu.Unlock()
-		return nil, errors.New("the zygote is not forking")
+		return nil, ErrNotForking
 	}
 	z.reply, z.pending = reply, id
 	z.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -437,8 +438,8 @@ func TestForkedInstanceOutlivesItsZygote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer box.Release()
-	if _, err := z.Fork(context.Background(), box, nil, sandbox.ForkFiles{Stdout: os.Stderr, Stderr: os.Stderr, Ready: os.Stderr}); err == nil {
-		t.Error("a dead zygote forked")
+	if _, err := z.Fork(context.Background(), box, nil, sandbox.ForkFiles{Stdout: os.Stderr, Stderr: os.Stderr, Ready: os.Stderr}); !errors.Is(err, sandbox.ErrNotForking) {
+		t.Errorf("Fork of a dead zygote: %v; want ErrNotForking", err)
 	}
 	select {
 	case <-z.Done():
