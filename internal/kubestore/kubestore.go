@@ -42,10 +42,6 @@ import (
 	"sless.kube5s.ru/sless/modules/meta"
 )
 
-// FieldOwner is the field manager of every write of the stores, as the API
-// server's managed fields show it.
-const FieldOwner = "sless"
-
 // chunkSize is the most objects one list request reads, so that a large
 // namespace is never one huge response. A variable for the tests.
 var chunkSize int64 = 250
@@ -179,12 +175,12 @@ func (s *Store) err(err error, doing string, key meta.Key) error {
 // when it is missing; obj then holds the object as stored.
 func (s *Store) Create(ctx context.Context, key meta.Key, obj client.Object) error {
 	s.object(key, obj)
-	err := s.c.Create(ctx, obj, client.FieldOwner(FieldOwner))
+	err := s.c.Create(ctx, obj, client.FieldOwner(names.FieldManager))
 	if isNamespaceMissing(err) {
 		if err := s.createNamespace(ctx, key.Namespace); err != nil {
 			return fmt.Errorf("creating %s %s: %w", s.kind.Name, key, err)
 		}
-		err = s.c.Create(ctx, obj, client.FieldOwner(FieldOwner))
+		err = s.c.Create(ctx, obj, client.FieldOwner(names.FieldManager))
 	}
 	if err != nil {
 		return s.err(err, "creating", key)
@@ -209,7 +205,7 @@ func isNamespaceMissing(err error) bool {
 func (s *Store) createNamespace(ctx context.Context, apiNS string) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.Namespace(apiNS),
 		Labels: map[string]string{names.ManagedByLabel: names.ManagedBy, names.NamespaceLabel: apiNS}}}
-	err := s.c.Create(ctx, ns, client.FieldOwner(FieldOwner))
+	err := s.c.Create(ctx, ns, client.FieldOwner(names.FieldManager))
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", s.Namespace(apiNS), err)
 	}
@@ -234,7 +230,7 @@ func (s *Store) Update(ctx context.Context, key meta.Key, obj client.Object, cha
 			return err
 		}
 		change()
-		return s.c.Update(ctx, obj, client.FieldOwner(FieldOwner))
+		return s.c.Update(ctx, obj, client.FieldOwner(names.FieldManager))
 	})
 	if err != nil {
 		return s.err(err, "updating", key)
@@ -253,9 +249,9 @@ func (s *Store) Replace(ctx context.Context, key meta.Key, obj client.Object, pa
 	s.object(key, obj)
 	raw := client.RawPatch(types.JSONPatchType, patch)
 	if path == "/status" || strings.HasPrefix(path, "/status/") {
-		err = s.c.Status().Patch(ctx, obj, raw, client.FieldOwner(FieldOwner))
+		err = s.c.Status().Patch(ctx, obj, raw, client.FieldOwner(names.FieldManager))
 	} else {
-		err = s.c.Patch(ctx, obj, raw, client.FieldOwner(FieldOwner))
+		err = s.c.Patch(ctx, obj, raw, client.FieldOwner(names.FieldManager))
 	}
 	if err != nil {
 		return s.err(err, "writing "+strings.TrimPrefix(path, "/")+" of", key)

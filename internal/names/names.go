@@ -61,6 +61,10 @@ const (
 	ManagedBy      = "sless"
 )
 
+// FieldManager is the field manager of every write sless makes to the API
+// server, as the objects' managed fields show it.
+const FieldManager = "sless"
+
 // FunctionLabel is the label whose value is the name of the function
 // (LabelValue of it) that an object of the cluster mode runs, such as its
 // Deployment and pods.

@@ -27,8 +27,9 @@ const (
 // lock), and a read that overlapped a write keeps nothing of what it read.
 // So the cache holds only what is durable.
 //
-// The cache is safe for concurrent use. It holds its own copies: get and
-// fill copy what goes in and out, since callers may change a Function.
+// The cache is safe for concurrent use. It holds its own copies: get,
+// fill and put copy what goes in and out, since callers may change a
+// Function.
 type cache struct {
 	mu    sync.RWMutex
 	fns   map[functions.Key]*functions.Function

@@ -76,7 +76,7 @@ func (d *Deployer) Deploy(ctx context.Context, t runtime.Target) (runtime.Rollou
 // obj.
 func (d *Deployer) apply(ctx context.Context, obj client.Object) error {
 	kind := obj.GetObjectKind().GroupVersionKind().Kind
-	if err := d.c.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+	if err := d.c.Patch(ctx, obj, client.Apply, client.FieldOwner(names.FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying %s %s: %w", kind, objectName(obj), err)
 	}
 	return nil

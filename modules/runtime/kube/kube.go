@@ -51,9 +51,6 @@ const (
 	// its pods run: a new version changes the template, which rolls the
 	// pods.
 	AnnotationVersion = "sless.kube5s.ru/version"
-	// FieldManager is the field manager of the executor's server-side
-	// applies.
-	FieldManager = "sless"
 )
 
 // Options are the server-level settings of the function pods, the same for

@@ -41,10 +41,6 @@ type IngressOptions struct {
 	Service string
 }
 
-// fieldOwner is the field manager of the Ingresses: sless, as for every
-// object sless writes.
-const fieldOwner = "sless"
-
 var kindIngress = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "Ingress"}
 
 // IngressPath is the path the Ingress of a trigger of function fn in API
@@ -163,7 +159,7 @@ func (r *withIngress) Reconcile(ctx context.Context, key triggers.Key) (reconcil
 // field it sets: a field the trigger no longer sets (a class, TLS) is
 // removed.
 func (r *withIngress) applyIngress(ctx context.Context, ing *networkingv1.Ingress) error {
-	if err := r.c.Patch(ctx, ing, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+	if err := r.c.Patch(ctx, ing, client.Apply, client.FieldOwner(names.FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying ingress %s/%s: %w", ing.Namespace, ing.Name, err)
 	}
 	return nil
