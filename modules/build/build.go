@@ -90,6 +90,9 @@ type Progress struct {
 	// Err is why the build failed: a *Error for the code's fault, anything
 	// else for the server's.
 	Err error
+	// Started is when the running build started, zero when the builder
+	// does not know (or once Done).
+	Started time.Time
 }
 
 // Pruner is implemented by builders whose artifacts can be listed and

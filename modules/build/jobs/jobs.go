@@ -39,8 +39,9 @@ type Jobs struct {
 
 // job is one function's build.
 type job struct {
-	key    string // the request's Key
-	cancel context.CancelFunc
+	key     string // the request's Key
+	started time.Time
+	cancel  context.CancelFunc
 	// done is closed when res and err are set.
 	done   chan struct{}
 	res    build.Result
@@ -101,7 +102,7 @@ func (js *Jobs) Build(_ context.Context, req build.Request, notify func()) (buil
 		j = nil
 	}
 	if j == nil {
-		j = &job{key: key, done: make(chan struct{})}
+		j = &job{key: key, started: time.Now(), done: make(chan struct{})}
 		var ctx context.Context
 		ctx, j.cancel = context.WithCancel(js.ctx)
 		js.jobs[fk] = j
@@ -113,7 +114,7 @@ func (js *Jobs) Build(_ context.Context, req build.Request, notify func()) (buil
 		delete(js.jobs, fk)
 		return build.Progress{Done: true, Result: j.res, Err: j.err}, nil
 	default:
-		return build.Progress{}, nil
+		return build.Progress{Started: j.started}, nil
 	}
 }
 
@@ -136,7 +137,7 @@ func (js *Jobs) Cancel(_ context.Context, namespace, function string) error {
 // meanwhile (it is then no longer the function's job).
 func (js *Jobs) runJob(ctx context.Context, fk string, j *job, req build.Request) {
 	defer j.cancel()
-	start := time.Now()
+	start := j.started
 	res, err := js.run(ctx, req)
 	took := time.Since(start)
 	js.log.DebugContext(ctx, "build ended", "namespace", req.Namespace, "function", req.Function,

@@ -79,13 +79,15 @@ func req(code string) build.Request {
 func TestBuildReportsItsEndOnceThenForgetsIt(t *testing.T) {
 	js, r := newJobs(t)
 	notified := make(chan struct{})
+	asked := time.Now()
 	p, err := js.Build(context.Background(), req("a"), func() { close(notified) })
-	if err != nil || p.Done {
-		t.Fatalf("Build = %+v, %v; want a build in progress", p, err)
+	if err != nil || p.Done || p.Started.Before(asked) || p.Started.After(time.Now()) {
+		t.Fatalf("Build = %+v, %v; want a build in progress, started when asked", p, err)
 	}
+	started := p.Started
 	release, _ := r.waitStarted(t, "a")
-	if p, _ := js.Build(context.Background(), req("a"), func() { close(notified) }); p.Done {
-		t.Fatal("a running build is reported done")
+	if p, _ := js.Build(context.Background(), req("a"), func() { close(notified) }); p.Done || !p.Started.Equal(started) {
+		t.Fatalf("Build of a running build = %+v; want it in progress, started at %v", p, started)
 	}
 	close(release)
 	<-notified

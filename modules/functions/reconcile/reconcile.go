@@ -52,6 +52,12 @@ const (
 	buildPoll = 10 * time.Second
 	// rolloutPoll: for a rollout that is not serving yet.
 	rolloutPoll = 2 * time.Second
+	// announceAfter is how long a build runs before the status says so,
+	// when the builder tells when it started. A build that ends sooner, as
+	// most do, goes from the phase before it straight to its result: a
+	// Building phase few clients would see cost a durable status write per
+	// deploy.
+	announceAfter = 300 * time.Millisecond
 )
 
 // New returns a reconciler. notify, when not nil, is called with a
@@ -83,15 +89,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 	st.Conditions = slices.Clone(st.Conditions)
 	st.ObservedGeneration = fn.Generation
 	var res reconciler.Result
-	building, err := r.build(ctx, fn, &st, now)
+	building, quiet, err := r.build(ctx, fn, &st, now)
 	if err != nil {
 		return res, err
 	}
 	if building {
 		res.RequeueAfter = buildPoll
 	}
+	// The pass that announces the build writes the status.
+	setStatus := r.setStatus
+	if quiet > 0 {
+		res.RequeueAfter = quiet
+		setStatus = func(context.Context, *functions.Function, functions.Status) error { return nil }
+	}
 	if st.Artifact == "" {
-		return res, errors.Join(r.deployer.Undeploy(ctx, key), r.setStatus(ctx, fn, st))
+		return res, errors.Join(r.deployer.Undeploy(ctx, key), setStatus(ctx, fn, st))
 	}
 	// A build's result is recorded even when the deploy fails: the builder
 	// reported it once.
@@ -101,15 +113,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 		// Rather than serve otherwise than asked (an open network for
 		// public egress), the function does not serve.
 		if err := r.deployer.Undeploy(ctx, key); err != nil {
-			return res, errors.Join(err, r.setStatus(ctx, fn, st))
+			return res, errors.Join(err, setStatus(ctx, fn, st))
 		}
 		st.Phase = functions.PhaseFailed
 		st.Message = runtime.ErrUnsupported.Error() + ": " + runtime.PublicMessage(err, "the server log has the details")
 		st.SetCondition(functions.Condition{Type: functions.ConditionReady, Status: functions.ConditionFalse,
 			Reason: functions.ReasonUnsupported, Message: st.Message, ObservedGeneration: fn.Generation}, now)
-		return res, r.setStatus(ctx, fn, st)
+		return res, setStatus(ctx, fn, st)
 	case err != nil:
-		return res, errors.Join(err, r.setStatus(ctx, fn, st))
+		return res, errors.Join(err, setStatus(ctx, fn, st))
 	}
 	// Ready only once the new version serves: a client that sees Ready
 	// reaches it.
@@ -125,7 +137,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 			res.RequeueAfter = rolloutPoll
 		}
 	}
-	return res, r.setStatus(ctx, fn, st)
+	return res, setStatus(ctx, fn, st)
 }
 
 // Remove stops everything of a deleted function: its build and its
@@ -154,8 +166,10 @@ func (r *Reconciler) deploy(ctx context.Context, fn *functions.Function, st *fun
 }
 
 // build advances the build state machine of fn's code in st, starting the
-// build or reading its result, and reports whether a build is running.
-func (r *Reconciler) build(ctx context.Context, fn *functions.Function, st *functions.Status, now time.Time) (bool, error) {
+// build or reading its result, and reports whether a build is running and,
+// for one not announced yet (fn's stored status names another build) that
+// started less than announceAfter ago, how long st should stay unwritten.
+func (r *Reconciler) build(ctx context.Context, fn *functions.Function, st *functions.Status, now time.Time) (building bool, quiet time.Duration, err error) {
 	key, gen := fn.Key(), fn.Generation
 	set := func(phase functions.Phase, status functions.ConditionStatus, reason, msg string) {
 		st.Phase, st.Message = phase, msg
@@ -173,7 +187,7 @@ func (r *Reconciler) build(ctx context.Context, fn *functions.Function, st *func
 	if fn.CodeSHA256 == "" {
 		set(functions.PhasePending, functions.ConditionUnknown, functions.ReasonNoCode,
 			"waiting for code: upload a zip to /v1/namespaces/"+fn.Namespace+"/functions/"+fn.Name+"/upload")
-		return false, nil
+		return false, 0, nil
 	}
 	req := build.Request{Namespace: fn.Namespace, Function: fn.Name, Runtime: fn.Runtime, Handler: fn.Handler, CodeSHA256: fn.CodeSHA256}
 	buildKey := req.Key()
@@ -183,9 +197,9 @@ func (r *Reconciler) build(ctx context.Context, fn *functions.Function, st *func
 			// Built already: only settings that do not affect the artifact
 			// may have changed.
 			c.ObservedGeneration = gen
-			return false, nil
+			return false, 0, nil
 		case c.Status == functions.ConditionFalse && c.ObservedGeneration == gen:
-			return false, nil // failed, and unchanged since
+			return false, 0, nil // failed, and unchanged since
 		}
 	}
 	var notify func()
@@ -194,13 +208,16 @@ func (r *Reconciler) build(ctx context.Context, fn *functions.Function, st *func
 	}
 	p, err := r.builder.Build(ctx, req, notify)
 	if err != nil {
-		return false, fmt.Errorf("building %s: %w", key, err)
+		return false, 0, fmt.Errorf("building %s: %w", key, err)
 	}
 	st.BuildKey = buildKey
 	switch {
 	case !p.Done:
 		set(functions.PhaseBuilding, functions.ConditionUnknown, functions.ReasonBuilding, "building code "+short(fn.CodeSHA256))
-		return true, nil
+		if !p.Started.IsZero() && fn.Status.BuildKey != buildKey {
+			quiet = announceAfter - time.Since(p.Started)
+		}
+		return true, max(quiet, 0), nil
 	case p.Err != nil:
 		reason, msg := functions.ReasonBuildFailed, failureMessage(p.Err)
 		st.BuildLog = ""
@@ -214,7 +231,7 @@ func (r *Reconciler) build(ctx context.Context, fn *functions.Function, st *func
 			msg += "; still serving code " + short(st.CodeSHA256)
 		}
 		set(functions.PhaseFailed, functions.ConditionFalse, reason, msg)
-		return false, nil
+		return false, 0, nil
 	}
 	r.log.InfoContext(ctx, "built", "namespace", key.Namespace, "function", key.Name,
 		"code_sha256", fn.CodeSHA256, "reused", p.Result.Reused)
@@ -224,7 +241,7 @@ func (r *Reconciler) build(ctx context.Context, fn *functions.Function, st *func
 		st.BuildLog = p.Result.Log
 	}
 	set(functions.PhaseBuilding, functions.ConditionTrue, functions.ReasonBuilt, "")
-	return false, nil
+	return false, 0, nil
 }
 
 // Target is the deployable version of fn serving st's artifact: with the

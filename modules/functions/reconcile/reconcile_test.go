@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -31,6 +33,8 @@ type fakeBuilder struct {
 	cancelled []string
 	err       error
 	hold      bool
+	// started is the Progress.Started of running builds.
+	started time.Time
 }
 
 func (b *fakeBuilder) Build(_ context.Context, req build.Request, _ func()) (build.Progress, error) {
@@ -46,10 +50,10 @@ func (b *fakeBuilder) Build(_ context.Context, req build.Request, _ func()) (bui
 		}
 		b.builds = append(b.builds, req)
 		b.running[fk] = req.Key()
-		return build.Progress{}, nil
+		return build.Progress{Started: b.started}, nil
 	}
 	if b.hold {
-		return build.Progress{}, nil
+		return build.Progress{Started: b.started}, nil
 	}
 	delete(b.running, fk)
 	if b.err != nil {
@@ -183,6 +187,53 @@ func TestPendingWithoutCode(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"BuildSucceeded=Unknown/NoCode", "Ready=False/NoCode"}, conditions(fn.Status)); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
+	}
+}
+
+// A build is announced (Building) only once it has run for a while: a quick
+// one goes from the phase before it straight to Ready, one status write
+// fewer, and a pass in between asks again for when the build should be
+// announced.
+func TestABuildIsAnnouncedOnlyOnceItRunsAWhile(t *testing.T) {
+	ctx := context.Background()
+	store, b, r, key := setup(t)
+	reconcileOnce(t, r, key)
+	if _, err := store.SetCode(ctx, key, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := store.Get(ctx, key)
+	b.hold, b.started = true, time.Now()
+	for range 2 {
+		res := reconcileOnce(t, r, key)
+		if res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+			t.Errorf("a pass during a build that just started returned %+v; want a requeue within a second", res)
+		}
+	}
+	if fn, _ := store.Get(ctx, key); !reflect.DeepEqual(fn.Status, before.Status) {
+		t.Errorf("status during a build that just started: %+v; want it unwritten: %+v", fn.Status, before.Status)
+	}
+	b.hold = false
+	reconcileOnce(t, r, key)
+	fn, _ := store.Get(ctx, key)
+	if fn.Status.Phase != functions.PhaseReady || fn.Status.CodeSHA256 != "c1" || fn.Status.ObservedGeneration != fn.Generation {
+		t.Errorf("status after a quick build: %+v; want Ready with c1", fn.Status)
+	}
+
+	// The next build has run a while by the pass that sees it.
+	if _, err := store.SetCode(ctx, key, "c2"); err != nil {
+		t.Fatal(err)
+	}
+	b.hold, b.started = true, time.Now().Add(-time.Minute)
+	if res := reconcileOnce(t, r, key); res.RequeueAfter <= time.Second {
+		t.Errorf("the pass that announced the build returned %+v; want the build poll", res)
+	}
+	if fn, _ := store.Get(ctx, key); fn.Status.Phase != functions.PhaseBuilding || fn.Status.ObservedGeneration != fn.Generation {
+		t.Errorf("status of a build that runs a while: %+v; want Building, generation %d observed", fn.Status, fn.Generation)
+	}
+	// Announced, it stays so however recent the builder says it started.
+	b.started = time.Now()
+	if res := reconcileOnce(t, r, key); res.RequeueAfter <= time.Second {
+		t.Errorf("a pass during an announced build returned %+v; want the build poll", res)
 	}
 }
 
