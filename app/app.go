@@ -21,6 +21,7 @@ import (
 
 	"sless.kube5s.ru/sless/internal/discovery"
 	"sless.kube5s.ru/sless/internal/durable"
+	"sless.kube5s.ru/sless/internal/procs"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/buildmetrics"
 	"sless.kube5s.ru/sless/modules/build/buildtrace"
@@ -202,6 +203,9 @@ func Prepare(c Config, log *slog.Logger) (token string, lock *discovery.Lock, er
 // /fn path waits on them: with fewer threads than CPUs it hands requests
 // between threads less often, which on a 2-CPU machine cut the latency /fn
 // adds by a third and its CPU per request by a quarter (bench/README.md).
+// That default gives way to the control plane: Run raises GOMAXPROCS to
+// every CPU while API writes are in flight, and lowers it procsSettle after
+// the last (package procs).
 func serverCPUs(setting int, gomaxprocsEnv string, available int) int {
 	switch {
 	case setting > 0:
@@ -211,6 +215,11 @@ func serverCPUs(setting int, gomaxprocsEnv string, available int) int {
 	}
 	return max(1, (available+1)/2)
 }
+
+// procsSettle is how long the server keeps every CPU after its last API
+// write: long enough for the builds and status writes a deploy starts, and
+// to resize the scheduler at most about once a second.
+const procsSettle = time.Second
 
 // Run runs the server until SIGINT or SIGTERM, then stops it gracefully.
 // Before the modules start it waits for the disk, the database and the
@@ -225,6 +234,10 @@ func Run(c Config, log *slog.Logger, plugins ...fx.Option) error {
 	available := goruntime.GOMAXPROCS(0)
 	if cpus := serverCPUs(c.ServerCPUs, os.Getenv("GOMAXPROCS"), available); cpus != available {
 		goruntime.GOMAXPROCS(cpus)
+		if c.ServerCPUs == 0 {
+			// The default gives way to the control plane's work.
+			plugins = append(plugins, fx.Supply(procs.New(cpus, available, procsSettle)))
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

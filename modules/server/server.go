@@ -22,6 +22,7 @@ import (
 
 	"sless.kube5s.ru/sless/docs"
 	"sless.kube5s.ru/sless/internal/discovery"
+	"sless.kube5s.ru/sless/internal/procs"
 	"sless.kube5s.ru/sless/internal/validation"
 	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/server/front"
@@ -57,6 +58,9 @@ type Params struct {
 	Registry *prometheus.Registry
 	Log      *slog.Logger
 	LC       fx.Lifecycle
+	// Procs, when supplied, is raised while an API request that changes
+	// something (any method but GET and HEAD) is in flight.
+	Procs *procs.Governor `optional:"true"`
 }
 
 // Whoami is the body of GET /v1/whoami: what the caller's token may do.
@@ -106,6 +110,9 @@ func New(p Params) *Server {
 	s.engine.GET("/v1/openapi.json", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", docs.OpenAPI) })
 
 	v1 := s.engine.Group("/v1", authenticate(p.Auth, p.Log), authorizeNamespace)
+	if p.Procs != nil {
+		v1.Use(raiseProcs(p.Procs))
+	}
 	v1.GET("/whoami", func(c *gin.Context) {
 		p := principal(c)
 		c.JSON(http.StatusOK, Whoami{Namespace: p.Namespace, Admin: p.AllNamespaces, Function: p.Function})
@@ -300,4 +307,16 @@ func (m *metrics) middleware(c *gin.Context) {
 
 func (m *metrics) observe(route, method string, code int, d time.Duration) {
 	m.duration.WithLabelValues(route, method, strconv.Itoa(code)).Observe(d.Seconds())
+}
+
+// raiseProcs raises g while a request that changes something is in flight:
+// the writes, uploads and builds of a deploy.
+func raiseProcs(g *procs.Governor) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if m := c.Request.Method; m == http.MethodGet || m == http.MethodHead {
+			return
+		}
+		defer g.Begin()()
+		c.Next()
+	}
 }

@@ -7,13 +7,16 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx/fxtest"
 
+	"sless.kube5s.ru/sless/internal/procs"
 	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/server"
 	"sless.kube5s.ru/sless/modules/server/httpx"
@@ -205,5 +208,39 @@ func TestNamespaceMetrics(t *testing.T) {
 	}
 	if code, _ := get("tenant-token", "team-b"); code != 403 {
 		t.Errorf("team-b's metrics with team-a's token: %d, want 403", code)
+	}
+}
+
+// procsRoutes answers with the GOMAXPROCS its handler ran with.
+type procsRoutes struct{}
+
+func (procsRoutes) Register(v1 *gin.RouterGroup, _ *gin.Engine) {
+	procs := func(c *gin.Context) { c.String(200, "%d", runtime.GOMAXPROCS(0)) }
+	v1.GET("/procs", procs)
+	v1.POST("/procs", procs)
+}
+
+// An API write runs with the governor's busy procs; a read leaves them as
+// they are.
+func TestAPIWritesRaiseTheProcs(t *testing.T) {
+	prev := runtime.GOMAXPROCS(1)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	h := server.New(server.Params{
+		Config:   server.Config{Listen: "127.0.0.1:0"},
+		Auth:     auth.NewStaticToken("admin-token-0123456789"),
+		Routes:   []httpx.Routes{procsRoutes{}},
+		Registry: prometheus.NewRegistry(),
+		Log:      slog.New(slog.DiscardHandler),
+		LC:       fxtest.NewLifecycle(t),
+		Procs:    procs.New(1, 3, time.Hour),
+	}).Handler()
+	for _, tt := range []struct{ method, want string }{{"GET", "1"}, {"POST", "3"}} {
+		req := httptest.NewRequest(tt.method, "/v1/procs", nil)
+		req.Header.Set("Authorization", "Bearer admin-token-0123456789")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 || w.Body.String() != tt.want {
+			t.Errorf("%s: %d %s; want GOMAXPROCS %s in the handler", tt.method, w.Code, w.Body, tt.want)
+		}
 	}
 }
