@@ -23,6 +23,69 @@ import (
 // or removed in it so far survive a power cut. One fsync.
 func SyncDir(dir string) error { return syncPath("directory "+dir, dir) }
 
+// DirSyncer fsyncs one directory for many goroutines: Sync returns once an
+// fsync of the directory that started after the call has ended, so the
+// calls that arrive while one runs share the next. It suits a directory
+// that many goroutines rename into at once, such as the local builder's
+// artifacts. The zero value is not usable; see NewDirSyncer.
+type DirSyncer struct {
+	sync func() error // fsyncs the directory
+
+	mu      sync.Mutex
+	running *dirRound // the fsync in progress, if any
+	next    *dirRound // the fsync that starts after it, if anyone waits
+}
+
+// dirRound is one fsync of a DirSyncer's directory.
+type dirRound struct {
+	done chan struct{} // closed once err is set
+	err  error
+}
+
+// NewDirSyncer returns the DirSyncer of dir.
+func NewDirSyncer(dir string) *DirSyncer {
+	return &DirSyncer{sync: func() error { return SyncDir(dir) }}
+}
+
+// Sync makes the entries created, renamed or removed in the directory
+// before the call survive a power cut, as SyncDir does. One fsync, shared
+// with the concurrent calls.
+func (d *DirSyncer) Sync() error {
+	d.mu.Lock()
+	if d.running == nil {
+		r := &dirRound{done: make(chan struct{})}
+		d.running = r
+		d.mu.Unlock()
+		return d.run(r)
+	}
+	// The running fsync may have started before this call's changes.
+	if r := d.next; r != nil {
+		d.mu.Unlock()
+		<-r.done
+		return r.err
+	}
+	r, running := &dirRound{done: make(chan struct{})}, d.running
+	d.next = r
+	d.mu.Unlock()
+	<-running.done
+	d.mu.Lock()
+	d.running, d.next = r, nil
+	d.mu.Unlock()
+	return d.run(r)
+}
+
+// run fsyncs the directory as round r.
+func (d *DirSyncer) run(r *dirRound) error {
+	r.err = d.sync()
+	d.mu.Lock()
+	if d.running == r {
+		d.running = nil
+	}
+	d.mu.Unlock()
+	close(r.done)
+	return r.err
+}
+
 // MkdirAll is os.MkdirAll whose new directories survive a power cut: the
 // parent of each directory it creates is fsynced. A path that exists costs
 // one stat, no fsync.

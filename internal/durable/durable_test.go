@@ -39,7 +39,7 @@ func TestSurvivesPowerCut(t *testing.T) {
 	if err := os.Rename(tmp, filepath.Join(dir, "a", "artifact")); err != nil {
 		t.Fatal(err)
 	}
-	if err := durable.SyncDir(filepath.Join(dir, "a")); err != nil {
+	if err := durable.NewDirSyncer(filepath.Join(dir, "a")).Sync(); err != nil {
 		t.Fatal(err)
 	}
 	disk.Cut()

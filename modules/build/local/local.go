@@ -69,6 +69,8 @@ type Builder struct {
 	locks keylock.Map[string]
 	// installs holds a token per dependency install running.
 	installs chan struct{}
+	// dirSync fsyncs Config.Dir once for the builds that publish at once.
+	dirSync *durable.DirSyncer
 }
 
 // New returns a stopped builder that keeps artifacts in c.Dir, removing
@@ -90,7 +92,7 @@ func New(c Config, blobs storage.Blobs, runtimes Runtimes, confine runtime.Confi
 	}
 	c.Dir = filepath.Clean(c.Dir)
 	b := &Builder{cfg: c, blobs: blobs, runtimes: runtimes, confine: confine, log: log,
-		installs: make(chan struct{}, c.Installs)}
+		installs: make(chan struct{}, c.Installs), dirSync: durable.NewDirSyncer(c.Dir)}
 	b.Jobs = jobs.New(b.buildNow, log)
 	return b, nil
 }
@@ -271,7 +273,7 @@ func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Re
 		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
 	}
 	published = true
-	if err := durable.SyncDir(b.cfg.Dir); err != nil {
+	if err := b.dirSync.Sync(); err != nil {
 		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
 	}
 	return build.Result{Artifact: final, Log: log.String()}, nil
