@@ -96,7 +96,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, key functions.Key) (reconcil
 	if building {
 		res.RequeueAfter = buildPoll
 	}
-	// The pass that announces the build writes the status.
+	// A build not announced yet leaves the stored status as it is: its
+	// end, or the requeue when it is due, writes the next one.
 	setStatus := r.setStatus
 	if quiet > 0 {
 		res.RequeueAfter = quiet
