@@ -177,14 +177,18 @@ type request struct {
 // parseHead parses head into a request when the front serves it.
 func (cn *conn) parseHead(head []byte) (*request, error) {
 	head = head[:len(head)-2] // the empty line
-	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
-	m, line, ok1 := bytes.Cut(line, []byte(" "))
-	target, proto, ok2 := bytes.Cut(line, []byte(" "))
+	line, _, _ := bytes.Cut(head, []byte("\r\n"))
+	m, afterMethod, ok1 := bytes.Cut(line, []byte(" "))
+	target, proto, ok2 := bytes.Cut(afterMethod, []byte(" "))
 	method, known := methods[string(m)]
 	if !ok1 || !ok2 || !known || string(proto) != "HTTP/1.1" || len(target) == 0 || target[0] != '/' {
 		return nil, errHandOver
 	}
-	rawTarget := string(target)
+	// One string holds the target and the header fields: the target and
+	// every header value are substrings of it, not an allocation each.
+	text := string(head[len(m)+1:])
+	rawTarget := text[:len(target)]
+	rest := text[len(afterMethod)+2:]
 	path, _, _ := strings.Cut(rawTarget, "?")
 	route, pattern := cn.f.route(path)
 	if route == nil {
@@ -195,20 +199,23 @@ func (cn *conn) parseHead(head []byte) (*request, error) {
 		return nil, errHandOver
 	}
 	hdr := make(http.Header, 8)
+	// Each header's first value gets a slice of one array, as net/http's
+	// reader does, instead of a slice of its own.
+	values := make([]string, strings.Count(rest, "\r\n"))
 	var host string
 	hosts, lengths, encodings := 0, 0, 0
 	var contentLength int64
 	rq := &request{route: route, pattern: pattern}
 	closeAfter := false
 	for len(rest) > 0 {
-		var field []byte
-		field, rest, _ = bytes.Cut(rest, []byte("\r\n"))
-		i := bytes.IndexByte(field, ':')
+		var field string
+		field, rest, _ = strings.Cut(rest, "\r\n")
+		i := strings.IndexByte(field, ':')
 		if i <= 0 || field[0] == ' ' || field[0] == '\t' {
 			return nil, errHandOver // no name, or an obsolete line folding
 		}
-		key := canonicalKey(field[:i])
-		value := string(bytes.Trim(field[i+1:], " \t"))
+		key := http.CanonicalHeaderKey(field[:i]) // a canonical key as it is
+		value := strings.Trim(field[i+1:], " \t")
 		if !httpguts.ValidHeaderFieldName(key) || !httpguts.ValidHeaderFieldValue(value) {
 			return nil, errHandOver
 		}
@@ -238,7 +245,12 @@ func (cn *conn) parseHead(head []byte) (*request, error) {
 		case "Connection":
 			closeAfter = closeAfter || httpguts.HeaderValuesContainsToken([]string{value}, "close")
 		}
-		hdr[key] = append(hdr[key], value)
+		if vv, ok := hdr[key]; ok || len(values) == 0 {
+			hdr[key] = append(vv, value)
+		} else {
+			hdr[key], values = values[:1:1], values[1:]
+			hdr[key][0] = value
+		}
 	}
 	if hosts != 1 || !httpguts.ValidHostHeader(host) || lengths+encodings > 1 {
 		return nil, errHandOver
@@ -265,26 +277,6 @@ func (cn *conn) parseHead(head []byte) (*request, error) {
 	}
 	rq.req = req
 	return rq, nil
-}
-
-// commonKeys are canonical header names clients send as they are, looked
-// up without allocating.
-var commonKeys = func() map[string]string {
-	m := map[string]string{}
-	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
-		"Connection", "Content-Length", "Content-Type", "Cookie", "Expect", "Host", "If-Modified-Since",
-		"If-None-Match", "Origin", "Referer", "Transfer-Encoding", "User-Agent", "X-Forwarded-For",
-		"X-Forwarded-Proto", "X-Request-Id"} {
-		m[k] = k
-	}
-	return m
-}()
-
-func canonicalKey(b []byte) string {
-	if k, ok := commonKeys[string(b)]; ok {
-		return k
-	}
-	return http.CanonicalHeaderKey(string(b))
 }
 
 // connReader reads the client connection, first the byte a watch read
