@@ -407,7 +407,10 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 		if i <= 0 {
 			return h, fmt.Errorf("malformed header line %q", truncateLine(line))
 		}
-		key := http.CanonicalHeaderKey(string(line[:i]))
+		key, known := wrapperKeys[string(line[:i])] // no allocation to look up
+		if !known {
+			key = http.CanonicalHeaderKey(string(line[:i]))
+		}
 		value := string(bytes.TrimSpace(line[i+1:]))
 		switch key {
 		case "Content-Length":
@@ -434,6 +437,17 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 		}
 	}
 }
+
+// wrapperKeys are the header names the wrappers write, in canonical form,
+// looked up without making a string of each name read.
+var wrapperKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Connection",
+		"X-Sless-Logs", "X-Sless-Error", "X-Sless-Handler-Us"} {
+		m[k] = k
+	}
+	return m
+}()
 
 // readStatusLine reads "HTTP/1.1 200 OK" and returns the status.
 func readStatusLine(br *bufio.Reader, budget *int) (int, error) {
