@@ -287,8 +287,7 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 	bw.WriteString("X-Sless-Invocation-Id: ")
 	bw.WriteString(inv.ID)
 	bw.WriteString("\r\nX-Sless-Deadline: ")
-	var num [20]byte
-	bw.Write(strconv.AppendInt(num[:0], inv.Deadline.UnixMilli(), 10))
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), inv.Deadline.UnixMilli(), 10)) // no number to escape
 	bw.WriteString("\r\nX-Sless-Trigger: ")
 	bw.Write(inv.Trigger)
 	bw.WriteString("\r\n")
@@ -305,7 +304,7 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 	}
 	if r.ContentLength > 0 {
 		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), r.ContentLength, 10))
 		bw.WriteString("\r\n\r\n")
 		n, err := copyBody(bw, io.LimitReader(body, r.ContentLength), buf)
 		if err == nil && n < r.ContentLength {

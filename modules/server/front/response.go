@@ -250,15 +250,16 @@ func (w *response) sendHeader(p []byte) {
 	w.chunking = allowed && !isHEAD && w.contentLength == -1
 
 	bw := w.cn.bw
-	var num [20]byte
 	bw.WriteString("HTTP/1.1 ")
-	bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+	// Appended to the buffer's free space: a number of its own would
+	// escape to the heap through Write.
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(code), 10))
 	bw.WriteByte(' ')
 	if text := http.StatusText(code); text != "" {
 		bw.WriteString(text)
 	} else {
 		bw.WriteString("status code ")
-		bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(code), 10))
 	}
 	bw.WriteString("\r\n")
 	// As net/http: the handler's fields sorted by name, then the front's.
@@ -282,7 +283,7 @@ func (w *response) sendHeader(p []byte) {
 	}
 	if setLength {
 		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(num[:0], w.contentLength, 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), w.contentLength, 10))
 		bw.WriteString("\r\n")
 	}
 	if contentType != "" {
