@@ -12,6 +12,7 @@ package wire
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,6 +60,9 @@ type conn struct {
 	net.Conn
 	br *bufio.Reader
 	bw *bufio.Writer
+	// body is the reader of a response body of known length, reused by
+	// every response on the connection.
+	body io.LimitedReader
 }
 
 // bufSize is the size of a connection's read and write buffers, kept for
@@ -206,12 +210,13 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 		inv.BeforeWrite(&res)
 	}
 	w.WriteHeader(head.status)
-	body, reusable := bodyReader(cn.br, head)
+	body, reusable := cn.bodyReader(head)
 	limited := body
 	if inv.MaxResponseBytes > 0 && head.contentLength < 0 {
 		limited = io.LimitReader(body, inv.MaxResponseBytes)
 	}
-	written, copyErr := io.CopyBuffer(writerOnly{w}, limited, *buf)
+	written, readErr, writeErr := copyStream(w, limited, *buf)
+	copyErr := cmp.Or(writeErr, readErr)
 	res.ResponseBytes = written
 	if copyErr != nil {
 		// The status is out: report the failure in the result.
@@ -240,10 +245,6 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 	}
 	return res, reusable && !head.close, nil
 }
-
-// writerOnly hides optional interfaces (io.ReaderFrom) so that CopyBuffer
-// uses the pooled buffer.
-type writerOnly struct{ io.Writer }
 
 // hopHeaders are connection-level headers that a proxy does not forward.
 // Expect is among them: the server has answered the client's 100-continue,
@@ -331,21 +332,38 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 // copyBody copies the client's body to the instance, telling a client-side
 // failure (runtime.BodyError) from an instance-side one.
 func copyBody(dst io.Writer, src io.Reader, buf []byte) (int64, error) {
-	var n int64
+	n, readErr, writeErr := copyStream(dst, src, buf)
+	switch {
+	case writeErr != nil:
+		return n, connErr("sending the request body", writeErr)
+	case readErr != nil:
+		return n, &runtime.BodyError{Err: readErr}
+	}
+	return n, nil
+}
+
+// copyStream copies src to dst through buf until src ends (io.EOF is no
+// error) or either side fails, and says which failed. Unlike
+// io.CopyBuffer it uses no optional interface of either side: a response
+// writer's ReadFrom would read into a buffer of its own.
+func copyStream(dst io.Writer, src io.Reader, buf []byte) (n int64, readErr, writeErr error) {
 	for {
 		nr, rerr := src.Read(buf)
 		if nr > 0 {
 			nw, werr := dst.Write(buf[:nr])
 			n += int64(nw)
+			if werr == nil && nw < nr {
+				werr = io.ErrShortWrite
+			}
 			if werr != nil {
-				return n, connErr("sending the request body", werr)
+				return n, nil, werr
 			}
 		}
 		if rerr == io.EOF {
-			return n, nil
+			return n, nil, nil
 		}
 		if rerr != nil {
-			return n, &runtime.BodyError{Err: rerr}
+			return n, rerr, nil
 		}
 	}
 }
@@ -543,16 +561,17 @@ const truncatedMarker = "...[truncated %d bytes]"
 
 // bodyReader returns the response body and whether the connection can carry
 // another response after it.
-func bodyReader(br *bufio.Reader, h head) (io.Reader, bool) {
+func (cn *conn) bodyReader(h head) (io.Reader, bool) {
 	switch {
 	case h.status == http.StatusNoContent || h.status == http.StatusNotModified:
 		return http.NoBody, true
 	case h.chunked:
-		return httputil.NewChunkedReader(br), true
+		return httputil.NewChunkedReader(cn.br), true
 	case h.contentLength >= 0:
-		return io.LimitReader(br, h.contentLength), true
+		cn.body = io.LimitedReader{R: cn.br, N: h.contentLength}
+		return &cn.body, true
 	}
-	return br, false // delimited by closing the connection
+	return cn.br, false // delimited by closing the connection
 }
 
 // Call makes a control request (such as /_sless/specialize) with a JSON body
