@@ -201,7 +201,7 @@ func (cn *conn) parseHead(head []byte) (*request, error) {
 	hdr := make(http.Header, 8)
 	// Each header's first value gets a slice of one array, as net/http's
 	// reader does, instead of a slice of its own.
-	values := make([]string, strings.Count(rest, "\r\n"))
+	var values []string
 	var host string
 	hosts, lengths, encodings := 0, 0, 0
 	var contentLength int64
@@ -245,12 +245,15 @@ func (cn *conn) parseHead(head []byte) (*request, error) {
 		case "Connection":
 			closeAfter = closeAfter || httpguts.HeaderValuesContainsToken([]string{value}, "close")
 		}
-		if vv, ok := hdr[key]; ok || len(values) == 0 {
+		if vv, ok := hdr[key]; ok {
 			hdr[key] = append(vv, value)
-		} else {
-			hdr[key], values = values[:1:1], values[1:]
-			hdr[key][0] = value
+			continue
 		}
+		if len(values) == 0 {
+			values = make([]string, 1+strings.Count(rest, "\r\n")) // this line's and the rest's
+		}
+		hdr[key], values = values[:1:1], values[1:]
+		hdr[key][0] = value
 	}
 	if hosts != 1 || !httpguts.ValidHostHeader(host) || lengths+encodings > 1 {
 		return nil, errHandOver
