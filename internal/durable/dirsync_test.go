@@ -15,7 +15,7 @@ func TestDirSyncerSharesTheNextFsync(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 4)
 	failed := errors.New("fsync failed")
-	d := &DirSyncer{sync: func() error {
+	d := &DirSyncer{fsync: func() error {
 		n := fsyncs.Add(1)
 		started <- struct{}{}
 		<-release

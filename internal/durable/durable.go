@@ -29,7 +29,7 @@ func SyncDir(dir string) error { return syncPath("directory "+dir, dir) }
 // that many goroutines rename into at once, such as the local builder's
 // artifacts. The zero value is not usable; see NewDirSyncer.
 type DirSyncer struct {
-	sync func() error // fsyncs the directory
+	fsync func() error // fsyncs the directory
 
 	mu      sync.Mutex
 	running *dirRound // the fsync in progress, if any
@@ -44,7 +44,7 @@ type dirRound struct {
 
 // NewDirSyncer returns the DirSyncer of dir.
 func NewDirSyncer(dir string) *DirSyncer {
-	return &DirSyncer{sync: func() error { return SyncDir(dir) }}
+	return &DirSyncer{fsync: func() error { return SyncDir(dir) }}
 }
 
 // Sync makes the entries created, renamed or removed in the directory
@@ -76,7 +76,7 @@ func (d *DirSyncer) Sync() error {
 
 // run fsyncs the directory as round r.
 func (d *DirSyncer) run(r *dirRound) error {
-	r.err = d.sync()
+	r.err = d.fsync()
 	d.mu.Lock()
 	if d.running == r {
 		d.running = nil

@@ -288,7 +288,9 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 	bw.WriteString("X-Sless-Invocation-Id: ")
 	bw.WriteString(inv.ID)
 	bw.WriteString("\r\nX-Sless-Deadline: ")
-	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), inv.Deadline.UnixMilli(), 10)) // no number to escape
+	// Appended to the buffer's free space: an array of its own would
+	// escape to the heap through Write.
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), inv.Deadline.UnixMilli(), 10))
 	bw.WriteString("\r\nX-Sless-Trigger: ")
 	bw.Write(inv.Trigger)
 	bw.WriteString("\r\n")

@@ -214,7 +214,7 @@ func (cn *conn) parseHead(head []byte) (*request, error) {
 		if i <= 0 || field[0] == ' ' || field[0] == '\t' {
 			return nil, errHandOver // no name, or an obsolete line folding
 		}
-		key := http.CanonicalHeaderKey(field[:i]) // a canonical key as it is
+		key := http.CanonicalHeaderKey(field[:i]) // returns a canonical name itself: no allocation
 		value := strings.Trim(field[i+1:], " \t")
 		if !httpguts.ValidHeaderFieldName(key) || !httpguts.ValidHeaderFieldValue(value) {
 			return nil, errHandOver

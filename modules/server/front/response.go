@@ -251,7 +251,7 @@ func (w *response) sendHeader(p []byte) {
 
 	bw := w.cn.bw
 	bw.WriteString("HTTP/1.1 ")
-	// Appended to the buffer's free space: a number of its own would
+	// Appended to the buffer's free space: an array of its own would
 	// escape to the heap through Write.
 	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(code), 10))
 	bw.WriteByte(' ')
