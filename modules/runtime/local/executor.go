@@ -324,41 +324,44 @@ func (e *Executor) pool(key meta.Key) (*pool, error) {
 
 // startInstance starts a process for t: a specialized spare, or a fresh
 // process when there is none or the function's env must be there at start.
-func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (*process, error) {
+// refill, when not nil, starts the replacement of the spare it took; the
+// caller calls it once, when the start no longer needs the CPU: a fork
+// beside the cold start's first invocation slows that invocation down. A
+// start that fails starts the replacement itself.
+func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (pr *process, refill func(), err error) {
 	p, err := e.runtimes.Get(t.Runtime)
 	if err != nil {
-		return nil, runtime.Errorf(runtime.ErrStart, fmt.Sprintf("the runtime %q is not available on this server", t.Runtime), err)
+		return nil, nil, runtime.Errorf(runtime.ErrStart, fmt.Sprintf("the runtime %q is not available on this server", t.Runtime), err)
 	}
 	env := e.functionEnv(t)
-	var pr *process
 	if readsStartupEnv(p, t.Env) {
 		pr, err = e.spawn(ctx, p, envList(env), t.Artifact)
 	} else {
-		var refill func()
 		pr, refill, err = e.generic(ctx, p, t.Namespace)
-		if refill != nil {
-			// After the specialize: the spare's replacement must not take
-			// the CPU from the cold start that took the spare.
-			defer refill()
-		}
+		defer func() {
+			if err != nil && refill != nil {
+				refill()
+				refill = nil
+			}
+		}()
 	}
 	if err != nil {
 		e.log.Error("an instance process could not be started", "namespace", t.Namespace, "function", t.Name, "error", err)
-		return nil, runtime.Errorf(runtime.ErrStart, "the instance process could not be started; the server log has the details", err)
+		return nil, refill, runtime.Errorf(runtime.ErrStart, "the instance process could not be started; the server log has the details", err)
 	}
 	if t.Egress == runtime.EgressPublic {
 		e.live.Add(1)
 		if err := e.egress.apply(pr, e.live.Done); err != nil {
 			e.live.Done()
 			pr.kill()
-			return nil, runtime.Errorf(runtime.ErrStart, "the instance's network filter (egress \"public\") could not be applied; the server log has the details", err)
+			return nil, refill, runtime.Errorf(runtime.ErrStart, "the instance's network filter (egress \"public\") could not be applied; the server log has the details", err)
 		}
 	}
 	if err := pr.specialize(ctx, t, env, e.mem); err != nil {
 		pr.kill()
-		return nil, err
+		return nil, refill, err
 	}
-	return pr, nil
+	return pr, refill, nil
 }
 
 // generic returns a generic process of p for namespace ns: one forked from

@@ -27,6 +27,19 @@ type instance struct {
 	recycled bool
 	// coldStart is reported by the first lease only.
 	coldStart time.Duration
+	// refill, until called, starts the replacement of the spare the
+	// instance was made from (see startSpareReplacement).
+	refill func()
+}
+
+// startSpareReplacement starts the replacement of the spare inst was made
+// from, once: when its first invocation has ended, or at once when none
+// waited for it.
+func (inst *instance) startSpareReplacement() {
+	if refill := inst.refill; refill != nil {
+		inst.refill = nil
+		go refill()
+	}
 }
 
 // waiter is an Acquire waiting for capacity.
@@ -229,14 +242,14 @@ func (p *pool) startLocked() {
 		ctx, cancel := context.WithTimeout(p.e.ctx, p.e.cfg.StartTimeout)
 		defer cancel()
 		start := time.Now()
-		pr, err := p.e.startInstance(ctx, t)
-		p.started(t, pr, time.Since(start), err)
+		pr, refill, err := p.e.startInstance(ctx, t)
+		p.started(t, pr, refill, time.Since(start), err)
 	})
 }
 
 // started adds a started instance, or reports a failed start to the waiters
 // when nothing else can serve them.
-func (p *pool) started(t *runtime.Target, pr *process, took time.Duration, err error) {
+func (p *pool) started(t *runtime.Target, pr *process, refill func(), took time.Duration, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.starting--
@@ -252,13 +265,18 @@ func (p *pool) started(t *runtime.Target, pr *process, took time.Duration, err e
 	}
 	if p.removed || t.Version != p.target.Version {
 		go pr.stop(time.Second)
+		if refill != nil {
+			go refill()
+		}
 		p.dispatchLocked()
 		return
 	}
-	inst := &instance{proc: pr, target: t, lastUsed: time.Now()}
+	inst := &instance{proc: pr, target: t, lastUsed: time.Now(), refill: refill}
 	if len(p.waiters) > 0 {
 		// Started on demand: the invocation it serves first waited for it.
 		inst.coldStart = took
+	} else {
+		inst.startSpareReplacement()
 	}
 	p.instances = append(p.instances, inst)
 	p.e.wg.Go(func() { p.watch(inst) })
@@ -305,6 +323,7 @@ func (p *pool) stats() runtime.InstanceStats {
 
 func (p *pool) removeLocked(inst *instance) {
 	inst.gone = true
+	inst.startSpareReplacement()
 	if i := slices.Index(p.instances, inst); i >= 0 {
 		p.instances = slices.Delete(p.instances, i, i+1)
 	}
@@ -316,6 +335,7 @@ func (p *pool) release(inst *instance) {
 	defer p.mu.Unlock()
 	inst.inflight--
 	inst.lastUsed = time.Now()
+	inst.startSpareReplacement()
 	if inst.gone {
 		if inst.inflight == 0 {
 			go inst.proc.stop(2 * time.Second)
