@@ -270,6 +270,43 @@ func TestForkedInstancesOutliveTheirZygote(t *testing.T) {
 	}
 }
 
+// The spare a cold start takes is replaced once the invocation the cold
+// start was for has ended: a fork beside it would take its CPU.
+func TestSpareReplacedAfterTheColdStartsInvocation(t *testing.T) {
+	e := newForkingExecutor(t, local.Config{Spares: 1, IdleTimeout: time.Hour})
+	spareReady := func() bool {
+		ready, forking := local.ForkedSpares(e, "python3.11", "default")
+		return ready == 1 && forking == 0
+	}
+	deployIn(t, e, "default", "first", forkedProbe)
+	invokeIn(t, e, "default", "first", "{}") // starts the zygote
+	testenv.Eventually(t, 30*time.Second, "a forked spare ready", spareReady)
+
+	deployIn(t, e, "default", "second", forkedProbe)
+	lease, err := e.Acquire(context.Background(), meta.Key{Namespace: "default", Name: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.ColdStart() == 0 {
+		t.Fatal("the first invocation of a function was not a cold start")
+	}
+	if ready, forking := local.ForkedSpares(e, "python3.11", "default"); ready+forking != 0 {
+		t.Errorf("before the cold start's invocation: %d spares ready and %d forking, want none", ready, forking)
+	}
+	req := &http.Request{Method: "POST", URL: &url.URL{Path: "/"}, Header: http.Header{}, Body: http.NoBody}
+	var out runtime.ResponseBuffer
+	res, err := lease.Do(context.Background(), &runtime.Invocation{ID: "inv-1", Request: req, Path: "/",
+		Deadline: time.Now().Add(lease.Target().Timeout), Trigger: []byte(`{"kind":"http"}`)}, &out)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("the cold start's invocation: %+v, %v", res, err)
+	}
+	if ready, forking := local.ForkedSpares(e, "python3.11", "default"); ready+forking != 0 {
+		t.Errorf("before the cold start's lease was released: %d spares ready and %d forking, want none", ready, forking)
+	}
+	lease.Release()
+	testenv.Eventually(t, 30*time.Second, "the spare replaced", spareReady)
+}
+
 // A zygote that cannot fork is retired, and cold starts start their
 // processes instead until a retry.
 func TestFailedForkStartsProcesses(t *testing.T) {
