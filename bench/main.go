@@ -44,7 +44,7 @@ var (
 // quickSettings are the values -quick gives the flags not set on the command line.
 var quickSettings = map[string]string{
 	"duration": "1s", "warmup": "1s", "cold-samples": "3", "bare-samples": "5", "ledger-benchtime": "0.3s",
-	"scale-functions": "100", "scale-warm": "10",
+	"scale-functions": "100", "scale-warm": "10", "overload-rounds": "3",
 }
 
 // applyQuick sets the flags -quick shortens, except those given explicitly.
@@ -177,16 +177,18 @@ func run() error {
 		defaultRows = append(defaultRows, fmt.Sprintf("| %s | %.0f | %s | %s |", rc.name, dl.rps, msStr(dl.p50), msStr(dl.p99)))
 
 		logf("%s: cold starts", rc.name)
-		cold, err := coldStarts(fnURL, *coldSamples)
-		if err != nil {
-			return err
-		}
 		bare, err := bareStarts(rc, *bareSamples)
 		if err != nil {
 			return err
 		}
-		coldRows = append(coldRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %.2fx |", rc.name, msStr(pct(cold, 50)), msStr(pct(cold, 99)),
-			msStr(pct(bare, 50)), strings.Join(rc.bareCmd(), " "), float64(pct(cold, 50))/float64(pct(bare, 50))))
+		for _, c := range []struct{ settings, url string }{{"concurrency 32", fnURL}, {"defaults (concurrency 1)", dURL}} {
+			cold, err := coldStarts(c.url, *coldSamples)
+			if err != nil {
+				return err
+			}
+			coldRows = append(coldRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %.2fx |", rc.name, c.settings, msStr(pct(cold, 50)), msStr(pct(cold, 99)),
+				msStr(pct(bare, 50)), strings.Join(rc.bareCmd(), " "), float64(pct(cold, 50))/float64(pct(bare, 50))))
+		}
 	}
 	printTable(&report, "Each wrapper on its own (TCP, specialized at start with the example's code, as the cluster mode runs it) against a minimal server for the same handler"+
 		" (`bench/minimal`: a raw asyncio protocol, a bare `http.createServer`); CPU/req is the serving process's CPU (user + system, `/proc/PID/stat`) over the run divided by the requests:",
@@ -197,8 +199,8 @@ func run() error {
 		[]string{"connections", "minimal req/s", "nginx req/s", "nginx ÷ minimal", "nginx p50", "nginx CPU/req", "/fn req/s", "/fn ÷ nginx", "server CPU/req"}, nginxRows)
 	printTable(&report, "Through /fn with the default settings (concurrency 1, max_instances 10: up to 10 processes), 32 connections:",
 		[]string{"runtime", "/fn req/s", "p50", "p99"}, defaultRows)
-	printTable(&report, "Cold start: the first request through /fn after the function scaled to zero, end to end, next to a bare interpreter start.",
-		[]string{"runtime", "cold p50", "cold p99", "bare start p50", "bare command", "cold / bare"}, coldRows)
+	printTable(&report, "Cold start: the first request through /fn after the function scaled to zero, end to end, next to a bare interpreter start; with concurrency above 1, the first call of a synchronous handler also starts its first worker thread.",
+		[]string{"runtime", "function", "cold p50", "cold p99", "bare start p50", "bare command", "cold / bare"}, coldRows)
 	if err := overload(srv, &report); err != nil {
 		return err
 	}
