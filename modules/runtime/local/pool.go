@@ -131,6 +131,7 @@ func (p *pool) drainLocked() []*instance {
 	var idle []*instance
 	for _, inst := range p.instances {
 		inst.gone = true
+		inst.startSpareReplacement()
 		if inst.inflight == 0 {
 			idle = append(idle, inst)
 		}
