@@ -338,30 +338,33 @@ func (e *Executor) startInstance(ctx context.Context, t *runtime.Target) (pr *pr
 		pr, err = e.spawn(ctx, p, envList(env), t.Artifact)
 	} else {
 		pr, refill, err = e.generic(ctx, p, t.Namespace)
-		defer func() {
-			if err != nil && refill != nil {
-				refill()
-				refill = nil
-			}
-		}()
 	}
 	if err != nil {
 		e.log.Error("an instance process could not be started", "namespace", t.Namespace, "function", t.Name, "error", err)
-		return nil, refill, runtime.Errorf(runtime.ErrStart, "the instance process could not be started; the server log has the details", err)
+		err = runtime.Errorf(runtime.ErrStart, "the instance process could not be started; the server log has the details", err)
+	} else if err = e.prepare(ctx, pr, t, env); err != nil {
+		pr.kill()
 	}
+	if err != nil {
+		if refill != nil {
+			refill()
+		}
+		return nil, nil, err
+	}
+	return pr, refill, nil
+}
+
+// prepare makes a started process t's instance: its network filter, then
+// the specialize.
+func (e *Executor) prepare(ctx context.Context, pr *process, t *runtime.Target, env map[string]string) error {
 	if t.Egress == runtime.EgressPublic {
 		e.live.Add(1)
 		if err := e.egress.apply(pr, e.live.Done); err != nil {
 			e.live.Done()
-			pr.kill()
-			return nil, refill, runtime.Errorf(runtime.ErrStart, "the instance's network filter (egress \"public\") could not be applied; the server log has the details", err)
+			return runtime.Errorf(runtime.ErrStart, "the instance's network filter (egress \"public\") could not be applied; the server log has the details", err)
 		}
 	}
-	if err := pr.specialize(ctx, t, env, e.mem); err != nil {
-		pr.kill()
-		return nil, refill, err
-	}
-	return pr, refill, nil
+	return pr.specialize(ctx, t, env, e.mem)
 }
 
 // generic returns a generic process of p for namespace ns: one forked from

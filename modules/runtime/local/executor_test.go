@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,16 +75,7 @@ type response struct {
 // invoke acquires, sends body and releases.
 func invoke(t *testing.T, e *local.Executor, name, body string) response {
 	t.Helper()
-	lease, err := e.Acquire(context.Background(), meta.Key{Namespace: "default", Name: name})
-	if err != nil {
-		return response{err: err}
-	}
-	defer lease.Release()
-	req := &http.Request{Method: "POST", URL: &url.URL{Path: "/"}, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
-	var out runtime.ResponseBuffer
-	res, err := lease.Do(context.Background(), &runtime.Invocation{ID: "inv-1", Request: req, Path: "/",
-		Deadline: time.Now().Add(lease.Target().Timeout), Trigger: []byte(`{"kind":"http"}`)}, &out)
-	return response{lease: lease, result: res, body: out.Body.String(), err: err}
+	return invokeIn(t, e, "default", name, body)
 }
 
 func TestColdThenWarm(t *testing.T) {

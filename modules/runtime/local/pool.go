@@ -33,8 +33,9 @@ type instance struct {
 }
 
 // startSpareReplacement starts the replacement of the spare inst was made
-// from, once: when its first invocation has ended, or at once when none
-// waited for it.
+// from, if it has not yet: the pool calls it when the instance's first
+// invocation ends, when the instance leaves the pool, and at its start when
+// no invocation waits for it.
 func (inst *instance) startSpareReplacement() {
 	if refill := inst.refill; refill != nil {
 		inst.refill = nil
@@ -249,7 +250,8 @@ func (p *pool) startLocked() {
 }
 
 // started adds a started instance, or reports a failed start to the waiters
-// when nothing else can serve them.
+// when nothing else can serve them. refill (see startInstance) waits in the
+// instance for its first invocation to end, when one waits for it.
 func (p *pool) started(t *runtime.Target, pr *process, refill func(), took time.Duration, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -264,20 +266,19 @@ func (p *pool) started(t *runtime.Target, pr *process, refill func(), took time.
 		}
 		return
 	}
-	if p.removed || t.Version != p.target.Version {
+	inst := &instance{proc: pr, target: t, lastUsed: time.Now(), refill: refill}
+	stale := p.removed || t.Version != p.target.Version
+	if stale || len(p.waiters) == 0 {
+		inst.startSpareReplacement() // no invocation waits for it
+	}
+	if stale {
 		go pr.stop(time.Second)
-		if refill != nil {
-			go refill()
-		}
 		p.dispatchLocked()
 		return
 	}
-	inst := &instance{proc: pr, target: t, lastUsed: time.Now(), refill: refill}
 	if len(p.waiters) > 0 {
 		// Started on demand: the invocation it serves first waited for it.
 		inst.coldStart = took
-	} else {
-		inst.startSpareReplacement()
 	}
 	p.instances = append(p.instances, inst)
 	p.e.wg.Go(func() { p.watch(inst) })

@@ -50,6 +50,11 @@ func invokeIn(t *testing.T, e *local.Executor, ns, name, body string) response {
 		return response{err: err}
 	}
 	defer lease.Release()
+	return send(lease, body)
+}
+
+// send sends body to the instance of lease, which it keeps.
+func send(lease runtime.Lease, body string) response {
 	req := &http.Request{Method: "POST", URL: &url.URL{Path: "/"}, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
 	var out runtime.ResponseBuffer
 	res, err := lease.Do(context.Background(), &runtime.Invocation{ID: "inv-1", Request: req, Path: "/",
@@ -293,12 +298,8 @@ func TestSpareReplacedAfterTheColdStartsInvocation(t *testing.T) {
 	if ready, forking := local.ForkedSpares(e, "python3.11", "default"); ready+forking != 0 {
 		t.Errorf("before the cold start's invocation: %d spares ready and %d forking, want none", ready, forking)
 	}
-	req := &http.Request{Method: "POST", URL: &url.URL{Path: "/"}, Header: http.Header{}, Body: http.NoBody}
-	var out runtime.ResponseBuffer
-	res, err := lease.Do(context.Background(), &runtime.Invocation{ID: "inv-1", Request: req, Path: "/",
-		Deadline: time.Now().Add(lease.Target().Timeout), Trigger: []byte(`{"kind":"http"}`)}, &out)
-	if err != nil || res.StatusCode != 200 {
-		t.Fatalf("the cold start's invocation: %+v, %v", res, err)
+	if r := send(lease, "{}"); r.err != nil || r.result.StatusCode != 200 {
+		t.Fatalf("the cold start's invocation: %+v", r)
 	}
 	if ready, forking := local.ForkedSpares(e, "python3.11", "default"); ready+forking != 0 {
 		t.Errorf("before the cold start's lease was released: %d spares ready and %d forking, want none", ready, forking)
