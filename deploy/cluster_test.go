@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.kube5s.ru/sless/internal/names"
+	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/internal/testenv/kubeenv"
 	"sless.kube5s.ru/sless/modules/build"
 	"sless.kube5s.ru/sless/modules/build/kaniko"
@@ -240,7 +242,7 @@ func TestRBAC(t *testing.T) {
 		{"update", "apiextensions.k8s.io", "customresourcedefinitions", "", ""},
 		{"create", "", "serviceaccounts", "token", slessNamespace},
 	}
-	check := func(a access, want bool) {
+	may := func(a access) bool {
 		t.Helper()
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:   user,
@@ -251,10 +253,17 @@ func TestRBAC(t *testing.T) {
 		if err := c.Create(ctx, sar); err != nil {
 			t.Fatalf("SubjectAccessReview of %s: %v", a, err)
 		}
-		if sar.Status.Allowed != want {
-			t.Errorf("%s may %s: %v; want %v", user, a, sar.Status.Allowed, want)
+		return sar.Status.Allowed
+	}
+	check := func(a access, want bool) {
+		t.Helper()
+		if got := may(a); got != want {
+			t.Errorf("%s may %s: %v; want %v", user, a, got, want)
 		}
 	}
+	// The API server's authorizer sees the bindings just applied once its
+	// informers have them.
+	testenv.Eventually(t, 30*time.Second, "the bindings in effect", func() bool { return may(allowed[0]) })
 	for _, a := range allowed {
 		check(a, true)
 	}
