@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,6 +127,7 @@ import threading
 import time
 
 print("fixture imported")
+THREADS_AT_IMPORT = sorted(t.name for t in threading.enumerate())
 
 
 def kind_of(event):
@@ -244,6 +246,16 @@ def sleep_sync(event, ctx):
     return {"thread": threading.current_thread().name}
 
 
+def threads(event, ctx):
+    """The threads when the code was imported, the calling one, and the others alive once the
+    wrapper's handler threads that are ending have ended (a second at most)."""
+    for t in threading.enumerate():
+        if t.name.startswith("sless-handler") and t is not threading.current_thread():
+            t.join(1)
+    return {"at_import": THREADS_AT_IMPORT, "thread": threading.current_thread().name,
+            "alive": sorted(t.name for t in threading.enumerate())}
+
+
 ROUTES = {
     "plain": lambda event, ctx: {"hello": "world", "n": 1},
     "none": lambda event, ctx: None,
@@ -269,6 +281,7 @@ ROUTES = {
     "background-done": lambda event, ctx: {"done": BACKGROUND.get(ctx.query["id"], False)},
     "sleep": sleep_sync,
     "thread": lambda event, ctx: {"thread": threading.current_thread().name},
+    "threads": threads,
     "event": event,
     "echo": echo,
     "context": context,
@@ -440,6 +453,7 @@ var conformanceCases = []conformanceCase{
 	{name: "process exit closes the connection", run: testProcessExit},
 	{name: "100 concurrent requests", run: testConcurrentRequests},
 	{name: "blocking synchronous handlers run in parallel", only: python, run: testBlockingHandlersInParallel},
+	{name: "a handler thread started before the code", only: python, run: testStandbyWorker},
 	{name: "a synchronous handler's task on the wrapper's loop runs", only: python, run: testBackgroundTask},
 	{name: "chunked request body", run: testChunkedBody},
 	{name: "large body echoed intact", run: testLargeBody},
@@ -1129,6 +1143,26 @@ func testBlockingHandlersInParallel(t *testing.T, s *suite) {
 	thread := fmt.Sprint(in.get(t, "/thread").json(t)["thread"])
 	if !strings.HasPrefix(thread, "sless-handler") {
 		t.Errorf("the call after one that blocked for 5 ms ran on thread %q, want a handler thread", thread)
+	}
+}
+
+// testStandbyWorker checks that a process started without its code has a
+// handler thread ready before the code is loaded: the first synchronous call
+// of a handler with concurrency > 1 runs on it, and a handler that needs no
+// thread does not keep it.
+func testStandbyWorker(t *testing.T, s *suite) {
+	in := s.startSpecialized(t, specializeRequest{Concurrency: 8})
+	got := in.get(t, "/threads").json(t)
+	if got["thread"] != "sless-handler-0" || !slices.Contains(got["at_import"].([]any), any("sless-handler-0")) {
+		t.Errorf("concurrency 8: the first call ran on thread %v and the threads at import were %v, want it on sless-handler-0, started before the import",
+			got["thread"], got["at_import"])
+	}
+	in = s.startSpecialized(t, specializeRequest{Concurrency: 1})
+	got = in.get(t, "/threads").json(t)
+	for _, name := range got["alive"].([]any) {
+		if strings.HasPrefix(name.(string), "sless-handler") {
+			t.Errorf("concurrency 1: thread %v is alive after the first call (threads %v), want no handler thread", name, got["alive"])
+		}
 	}
 }
 

@@ -380,6 +380,33 @@ class _Awaiting:
         self.started_ns = started_ns
 
 
+class _StandbyWorker:
+    """A thread started while the process waits for its code, which becomes the first worker of
+    the handler's pool, or ends when the handler needs none.
+
+    The first thread a freshly forked interpreter starts costs about half a millisecond (its
+    stack, its thread state, the handshake of Thread.start): started at the first invocation, it
+    would add that to every cold start of a synchronous handler with concurrency > 1.
+    """
+
+    def __init__(self):
+        self._work = queue.SimpleQueue()
+        threading.Thread(target=self._wait, name="sless-handler-0", daemon=True).start()
+
+    def _wait(self):
+        work = self._work.get()
+        if work is not None:
+            work()
+
+    def adopt(self, work):
+        """Makes the thread run work()."""
+        self._work.put(work)
+
+    def release(self):
+        """Ends the thread."""
+        self._work.put(None)
+
+
 class _WorkerPool:
     """Threads that run synchronous handler calls, handing the results back to the loop.
 
@@ -388,7 +415,7 @@ class _WorkerPool:
     batches, waking the loop once per batch instead of once per job.
     """
 
-    def __init__(self, loop, size):
+    def __init__(self, loop, size, standby=None):
         self._loop = loop
         self._jobs = queue.SimpleQueue()
         self._finished = deque()
@@ -397,21 +424,25 @@ class _WorkerPool:
         # first invocation of a cold instance wait for dozens of thread starts.
         self._size = size
         self._threads = 0  # changed on the loop thread only
-        self._idle = 0  # workers waiting for a job
+        # Workers that have not taken a job since they started or finished their last one.
+        self._idle = 0
         self._idle_lock = threading.Lock()
+        if standby is not None:
+            self._threads = self._idle = 1
+            standby.adopt(self._work)
 
     def submit(self, fn, args, deliver, *deliver_args):
         """Runs fn(*args) on a worker, in a copy of the current context, then calls
         deliver(*deliver_args, result) on the loop with what fn returned or raised."""
         self._jobs.put((contextvars.copy_context(), fn, args, deliver, deliver_args))
         if self._threads < self._size and self._idle < self._jobs.qsize():
+            with self._idle_lock:
+                self._idle += 1
             threading.Thread(target=self._work, name=f"sless-handler-{self._threads}", daemon=True).start()
             self._threads += 1
 
     def _work(self):
         while True:
-            with self._idle_lock:
-                self._idle += 1
             job = self._jobs.get()
             with self._idle_lock:
                 self._idle -= 1
@@ -420,6 +451,8 @@ class _WorkerPool:
                 result = context.run(fn, *args)
             except BaseException as exc:  # SystemExit included: the loop decides what it means
                 result = exc
+            with self._idle_lock:
+                self._idle += 1
             self._finished.append((deliver, deliver_args, result))
             if not self._wakeup_pending:
                 # A racing worker may schedule a second wakeup; that one finds nothing to do.
@@ -476,7 +509,8 @@ class _Placement:
 class _Function:
     """The loaded handler and the way its invocations run."""
 
-    def __init__(self, loop, fn, name, namespace, concurrency, echo):
+    def __init__(self, loop, fn, name, namespace, concurrency, echo, standby):
+        """standby, when not None, is the _StandbyWorker the pool adopts or releases."""
         self.name = name
         self.namespace = namespace
         self._loop = loop
@@ -487,8 +521,10 @@ class _Function:
         # calls are not quick (see _Placement).
         self._pool = self._placement = None
         if not self._is_async and concurrency > 1:
-            self._pool = _WorkerPool(loop, concurrency)
+            self._pool = _WorkerPool(loop, concurrency, standby)
             self._placement = _Placement()
+        elif standby is not None:
+            standby.release()
         self._tasks = set()  # the loop only keeps weak references to tasks
         # Whether the loop runs coroutines of this function, which need it registered as the
         # running loop; a synchronous handler's calls then hide it around each call.
@@ -940,9 +976,11 @@ class _Connection(asyncio.BufferedProtocol):
 class _App:
     """Routes requests: control endpoints under /_sless/, invocations otherwise."""
 
-    def __init__(self, loop, proxies):
+    def __init__(self, loop, proxies, standby=None):
+        """standby is the _StandbyWorker of a process that waits for its code, else None."""
         self._loop = loop
         self._proxies = proxies
+        self._standby = standby
         self._function = None
         self._attempted = False  # specialize is accepted once, even when it failed
         self._control = {
@@ -1003,7 +1041,8 @@ class _App:
             proxy.echo = echo
         fn = _load_handler(config["code_dir"], config["handler"])
         self._function = _Function(self._loop, fn, config["function"], config["namespace"],
-                                   config["concurrency"], echo)
+                                   config["concurrency"], echo, self._standby)
+        self._standby = None
         return round((time.perf_counter() - started) * 1000, 3)
 
 
@@ -1090,7 +1129,7 @@ def serve(args):
     proxies = _install_capture()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    app = _App(loop, proxies)
+    app = _App(loop, proxies, _StandbyWorker() if args.code_dir is None else None)
     if args.code_dir is not None:
         try:
             app.specialize(_startup_config(args), replace_env=False)
