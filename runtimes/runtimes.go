@@ -22,6 +22,13 @@ var PythonServer []byte
 //go:embed python3.11/zygote.py
 var PythonZygote []byte
 
+// PythonCompiler compiles the Python sources of a build to .pyc contents
+// (runtimes/python3.11/compile.py), started as `python -I -S -c <it>`.
+// Treat it as read-only.
+//
+//go:embed python3.11/compile.py
+var PythonCompiler []byte
+
 // NodeServer is the source of the Node.js 20 wrapper
 // (runtimes/nodejs20/server.js), started as `node server.js --listen ...`.
 // Treat it as read-only.

@@ -63,6 +63,16 @@ type DependencyInstaller interface {
 	InstallDependencies(ctx context.Context, dir string, out io.Writer) error
 }
 
+// Precompiler is a Provider that prepares the code of a build so that its
+// instances start faster, e.g. by compiling it ahead.
+type Precompiler interface {
+	// Precompile prepares the code in dir in place. What it cannot prepare
+	// it leaves as it was, and an error leaves dir as runnable as before.
+	// Like InstallDependencies, it runs what it starts confined by ctx's
+	// Confiner when it has one.
+	Precompile(ctx context.Context, dir string) error
+}
+
 // Confiner runs the commands of dependency installs, which run user code
 // (npm install scripts, pip's setup.py), in isolation.
 type Confiner interface {

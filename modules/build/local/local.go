@@ -248,11 +248,7 @@ func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Re
 			}
 			ctx, cancel := b.timed(jobCtx, start.Add(time.Since(waitStart)))
 			defer cancel()
-			ictx := ctx
-			if b.confine != nil {
-				ictx = runtime.WithConfiner(ctx, b.confine)
-			}
-			err = inst.InstallDependencies(ictx, code, log)
+			err = inst.InstallDependencies(b.confined(ctx), code, log)
 			release()
 			if err != nil {
 				msg := fmt.Sprintf("installing dependencies from %s failed: %v", inst.DependencyFile(), err)
@@ -261,6 +257,13 @@ func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Re
 				}
 				return build.Result{}, &build.Error{Msg: msg, Log: log.String(), Err: err}
 			}
+		}
+	}
+	if pc, ok := p.(runtime.Precompiler); ok {
+		// The code runs without what Precompile adds, only slower to start.
+		if err := pc.Precompile(b.confined(ctx), code); err != nil && ctx.Err() == nil {
+			b.log.WarnContext(ctx, "compiling the code ahead failed; its instances compile it when they start",
+				"namespace", req.Namespace, "function", req.Function, "error", err)
 		}
 	}
 	// What the rename makes visible must be on disk first, and the rename
@@ -277,6 +280,15 @@ func (b *Builder) build(jobCtx context.Context, p runtime.Provider, req build.Re
 		return build.Result{}, fmt.Errorf("publishing the artifact: %w", err)
 	}
 	return build.Result{Artifact: final, Log: log.String()}, nil
+}
+
+// confined returns ctx carrying the builder's Confiner, if it has one, for
+// the tools a runtime runs on the code.
+func (b *Builder) confined(ctx context.Context) context.Context {
+	if b.confine == nil {
+		return ctx
+	}
+	return runtime.WithConfiner(ctx, b.confine)
 }
 
 // timed returns ctx ending Config.Timeout after from.

@@ -288,6 +288,12 @@ func TestBuildExtractsAndReuses(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(res.Artifact, "lib", "util.py")); err != nil || string(data) != "X = 1\n" {
 		t.Errorf("artifact content: %q, %v", data, err)
 	}
+	// The python modules are compiled ahead (python.Provider.Precompile).
+	for _, pyc := range []string{"__pycache__/handler.cpython-311.pyc", "lib/__pycache__/util.cpython-311.pyc"} {
+		if _, err := os.Stat(filepath.Join(res.Artifact, pyc)); err != nil {
+			t.Errorf("the artifact has no %s: %v", pyc, err)
+		}
+	}
 	again, err := e.build(t, request(sha))
 	if err != nil || !again.Reused || again.Artifact != res.Artifact {
 		t.Errorf("second build: %+v, %v; want the same artifact, reused", again, err)

@@ -25,6 +25,7 @@ const DepsDir = ".deps"
 type Provider struct {
 	name     string
 	resolver interp.Resolver
+	compiler compiler
 }
 
 // New returns the python3.11 runtime provider.
