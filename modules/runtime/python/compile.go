@@ -37,11 +37,12 @@ const (
 // hash-based .pyc (PEP 552) beside every Python source of dir outside
 // DepsDir (pip compiled those), so that no cold start compiles the code: the
 // instances' code directory is read-only, where the import system cannot
-// leave what it compiles. A source that does not compile and a
-// __pycache__ that is not a directory (a symbolic link included) are
-// skipped; a .pyc the code brought is replaced. The compiler is one long-lived `python -I -S` process (see
-// runtimes/python3.11/compile.py), confined by ctx's runtime.Confiner when it
-// has one, that compiles what it is given and never runs it.
+// leave what it compiles. A source that does not compile and a __pycache__
+// that is not a directory (a symbolic link included) are skipped; a .pyc
+// the code brought is replaced. The compiler is one long-lived
+// `python -I -S` process (see runtimes/python3.11/compile.py), confined by
+// ctx's runtime.Confiner when it has one, that compiles what it is given and
+// never runs it; builds take turns with it.
 func (p *Provider) Precompile(ctx context.Context, dir string) error {
 	sources, err := pythonSources(dir)
 	if err != nil || len(sources) == 0 {
