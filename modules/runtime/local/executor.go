@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/tempdir"
 	"sless.kube5s.ru/sless/modules/meta"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
@@ -151,7 +152,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	if n := removeDeadRunDirs(""); n > 0 {
 		e.log.Info("removed the instance directories of servers that did not stop", "count", n)
 	}
-	dir, err := makeRunDir("")
+	dir, err := tempdir.Make("", "")
 	if err != nil {
 		return fmt.Errorf("creating the instance directory: %w", err)
 	}

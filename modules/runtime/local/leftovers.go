@@ -1,29 +1,19 @@
 package local
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"sless.kube5s.ru/sless/internal/tempdir"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
 
-// runDirPrefix starts the name of an executor's runtime directory in the
-// temp directory; the server's pid and a dash follow, so that a later server
-// can tell the directories of a dead one.
-const runDirPrefix = "sless-run-"
-
-// makeRunDir creates this process's runtime directory in tmp (the system's
-// temp directory when empty), named after its pid.
-func makeRunDir(tmp string) (string, error) {
-	return os.MkdirTemp(tmp, fmt.Sprintf("%s%d-", runDirPrefix, os.Getpid()))
-}
-
-// removeDeadRunDirs removes the runtime directories in tmp (the system's temp
+// removeDeadRunDirs removes the directories in tmp (the system's temp
 // directory when empty) of servers that no longer run, because they were
-// killed before their Stop, and returns how many it removed. The memory
+// killed before their Stop (see tempdir.Make), and returns how many it
+// removed. The memory
 // cgroups of dead servers are removed by newMemoryLimiter.
 func removeDeadRunDirs(tmp string) int {
 	if tmp == "" {
@@ -35,7 +25,7 @@ func removeDeadRunDirs(tmp string) int {
 	}
 	removed := 0
 	for _, e := range entries {
-		if !e.IsDir() || !ownerDead(e.Name(), runDirPrefix) {
+		if !e.IsDir() || !ownerDead(e.Name(), tempdir.Prefix) {
 			continue
 		}
 		dir := filepath.Join(tmp, e.Name())

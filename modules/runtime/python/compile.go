@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"sless.kube5s.ru/sless/internal/tempdir"
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/runtimes"
 )
@@ -174,7 +175,7 @@ func (c *compiler) start(ctx context.Context, p *Provider) error {
 	release := func() {}
 	if conf := runtime.ConfinerFrom(ctx); conf != nil {
 		// Its only writable directory is an empty one of its own.
-		dir, err := os.MkdirTemp("", "sless-compile-")
+		dir, err := tempdir.Make("", "compile-")
 		if err != nil {
 			return fmt.Errorf("starting the Python compiler: %w", err)
 		}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"sless.kube5s.ru/sless/internal/tempdir"
 )
 
 // Instance is the sandbox of one instance process, kept in a directory of
@@ -269,7 +271,7 @@ func (s *Sandbox) Confine(cmd *exec.Cmd, dir string) (release func(), err error)
 	if err != nil {
 		return nil, err
 	}
-	root, err := os.MkdirTemp("", "sless-build-")
+	root, err := tempdir.Make("", "build-")
 	if err != nil {
 		free()
 		return nil, err
