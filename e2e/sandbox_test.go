@@ -442,6 +442,10 @@ func escapeSuite(t *testing.T, s *server, forked bool) {
 			t.Fatalf("no instance of the code %.40q... was forked from a zygote", code)
 		}
 	}
+	// The build compiled the code ahead, with a compiler confined as pip is.
+	if _, err := os.Stat(filepath.Join(info.VictimArtifact, "__pycache__", "handler.cpython-311.pyc")); err != nil {
+		t.Errorf("the victim's build compiled nothing ahead: %v\n%s", err, firstLine(s.logs.String(), "compiling the code ahead failed"))
+	}
 
 	for _, fn := range []string{"attacker", "attacker-js"} {
 		t.Run(fn, func(t *testing.T) {
