@@ -698,8 +698,13 @@ def _relative(text, code_dir):
 def _enter_code_dir(code_dir, env):
     """Makes the process look like the function's: environment, working dir, module path."""
     if env is not None:
-        os.environ.clear()
-        os.environ.update(env)
+        # Only what differs: clearing os.environ and filling it again took about 0.1 ms of each
+        # cold start, in the forked instance's first runs of that code.
+        for key in [key for key in os.environ if key not in env]:
+            del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
     os.chdir(code_dir)
     deps = os.path.join(code_dir, ".deps")
     # Of the import system's caches only a finder of these two directories, made before the
