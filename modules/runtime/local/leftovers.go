@@ -13,8 +13,8 @@ import (
 // removeDeadRunDirs removes the directories in tmp (the system's temp
 // directory when empty) of servers that no longer run, because they were
 // killed before their Stop (see tempdir.Make), and returns how many it
-// removed. The memory
-// cgroups of dead servers are removed by newMemoryLimiter.
+// removed. The memory cgroups of dead servers are removed by
+// newMemoryLimiter.
 func removeDeadRunDirs(tmp string) int {
 	if tmp == "" {
 		tmp = os.TempDir()

@@ -52,11 +52,19 @@ func (p *Provider) Precompile(ctx context.Context, dir string) error {
 	c := &p.compiler
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.idle != nil {
+		c.idle.Stop()
+	}
 	if err := c.start(ctx, p); err != nil {
 		return err
 	}
 	defer func() {
-		if c.cmd != nil {
+		if c.cmd == nil {
+			return
+		}
+		if c.idle == nil {
+			c.idle = time.AfterFunc(compilerIdle, c.closeIdle)
+		} else {
 			c.idle.Reset(compilerIdle)
 		}
 	}()
@@ -152,15 +160,13 @@ type compiler struct {
 	release func() // of the confinement
 	in      io.WriteCloser
 	out     *bufio.Reader
-	tag     string // the interpreter's cache tag, e.g. cpython-311
-	idle    *time.Timer
-	head    [4]byte
+	tag     string      // the interpreter's cache tag, e.g. cpython-311
+	idle    *time.Timer // closes the process after compilerIdle without a build
 }
 
 // start starts the process unless it runs; c.mu is held.
 func (c *compiler) start(ctx context.Context, p *Provider) error {
 	if c.cmd != nil {
-		c.idle.Stop()
 		return nil
 	}
 	python, _, err := p.Interpreter(ctx)
@@ -206,10 +212,6 @@ func (c *compiler) start(ctx context.Context, p *Provider) error {
 		return fmt.Errorf("starting the Python compiler: %w", err)
 	}
 	c.tag = strings.TrimSpace(tag)
-	if c.idle == nil {
-		c.idle = time.AfterFunc(compilerIdle, c.closeIdle)
-	}
-	c.idle.Stop()
 	return nil
 }
 
@@ -219,17 +221,18 @@ func (c *compiler) compile(src string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	binary.BigEndian.PutUint32(c.head[:], uint32(len(source)))
-	if _, err := c.in.Write(c.head[:]); err != nil {
+	var head [4]byte
+	binary.BigEndian.PutUint32(head[:], uint32(len(source)))
+	if _, err := c.in.Write(head[:]); err != nil {
 		return nil, err
 	}
 	if _, err := c.in.Write(source); err != nil {
 		return nil, err
 	}
-	if _, err := io.ReadFull(c.out, c.head[:]); err != nil {
+	if _, err := io.ReadFull(c.out, head[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(c.head[:])
+	n := binary.BigEndian.Uint32(head[:])
 	if n > maxPyc {
 		return nil, fmt.Errorf("the compiler answered %d bytes, more than the limit of %d", n, maxPyc)
 	}
