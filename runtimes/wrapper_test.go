@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -118,6 +119,7 @@ func locateNode() (string, error) {
 const pythonApp = `
 import asyncio
 import base64
+import importlib.util
 import inspect
 import json
 import logging
@@ -256,6 +258,14 @@ def threads(event, ctx):
             "alive": sorted(t.name for t in threading.enumerate())}
 
 
+def rehearsal_traces(event, ctx):
+    """What the process still holds of a spare's rehearsal (see the wrapper's _rehearse)."""
+    return {"modules": sorted(m for m in sys.modules if "rehearsal" in m),
+            "finders": sorted(p for p in sys.path_importer_cache if ".rehearsal" in p),
+            "path": [p for p in sys.path if ".rehearsal" in p],
+            "importable": importlib.util.find_spec("_sless_rehearsal") is not None}
+
+
 ROUTES = {
     "plain": lambda event, ctx: {"hello": "world", "n": 1},
     "none": lambda event, ctx: None,
@@ -282,6 +292,7 @@ ROUTES = {
     "sleep": sleep_sync,
     "thread": lambda event, ctx: {"thread": threading.current_thread().name},
     "threads": threads,
+    "rehearsal-traces": rehearsal_traces,
     "event": event,
     "echo": echo,
     "context": context,
@@ -455,6 +466,8 @@ var conformanceCases = []conformanceCase{
 	{name: "blocking synchronous handlers run in parallel", only: python, run: testBlockingHandlersInParallel},
 	{name: "a handler thread started before the code", only: python, run: testStandbyWorker},
 	{name: "a synchronous handler's task on the wrapper's loop runs", only: python, run: testBackgroundTask},
+	{name: "a spare's rehearsal leaves no trace", only: python, run: testRehearsalLeavesNoTrace},
+	{name: "a spare that cannot write its rehearsal's code still starts", only: python, run: testRehearsalWithoutCode},
 	{name: "chunked request body", run: testChunkedBody},
 	{name: "large body echoed intact", run: testLargeBody},
 	{name: "keep-alive and HEAD", run: testKeepAlive},
@@ -1163,6 +1176,52 @@ func testStandbyWorker(t *testing.T, s *suite) {
 		if strings.HasPrefix(name.(string), "sless-handler") {
 			t.Errorf("concurrency 1: thread %v is alive after the first call (threads %v), want no handler thread", name, got["alive"])
 		}
+	}
+}
+
+// testRehearsalLeavesNoTrace checks that the cold start a process started
+// without its code rehearses (a throwaway specialize and invocation, whose
+// code it writes beside its socket) succeeded and left nothing the function
+// could see: no files, module, finder or path entry, and the function's own
+// working directory and environment (testEnvAndCwd).
+func testRehearsalLeavesNoTrace(t *testing.T, s *suite) {
+	in := s.start(t)
+	if _, err := os.Lstat(in.sock + ".rehearsal"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the rehearsal's code directory beside the socket: %v, want it removed", err)
+	}
+	in.mustSpecialize(t, specializeRequest{CodeDir: writeFiles(t, s.rt.appFiles()), Handler: "handler.handle",
+		Env: appEnv, Function: "fn", Concurrency: 1})
+	wantJSON(t, in.get(t, "/rehearsal-traces"), map[string]any{"modules": []any{}, "finders": []any{}, "path": []any{}, "importable": false})
+	if strings.Contains(in.stderr.String(), "rehearsing") {
+		t.Errorf("the wrapper's output reports a failed rehearsal:\n%s", in.stderr.String())
+	}
+}
+
+// testRehearsalWithoutCode checks that a process that cannot make its
+// rehearsal's code directory (here a file is in the way) rehearses the
+// invocation alone, leaves the file, and serves as usual.
+func testRehearsalWithoutCode(t *testing.T, s *suite) {
+	s.skipForked(t) // a forked instance's socket directory is new and its own
+	dir, err := os.MkdirTemp("", "sless-rt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "s.sock")
+	if err := os.WriteFile(sock+".rehearsal", []byte("in the way"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := s.start(t, startOptions{args: []string{"--listen", "unix:" + sock}})
+	in.sock = sock
+	in.client = in.newClient(nil)
+	in.mustSpecialize(t, specializeRequest{CodeDir: writeFiles(t, s.rt.appFiles()), Handler: "handler.handle",
+		Env: appEnv, Function: "fn", Concurrency: 1})
+	wantJSON(t, in.get(t, "/plain"), map[string]any{"hello": "world", "n": 1.0})
+	if got, err := os.ReadFile(sock + ".rehearsal"); string(got) != "in the way" {
+		t.Errorf("the file in the rehearsal's way: %q, %v; want it untouched", got, err)
+	}
+	if strings.Contains(in.stderr.String(), "rehearsing") {
+		t.Errorf("the wrapper's output reports a failed rehearsal:\n%s", in.stderr.String())
 	}
 }
 

@@ -13,8 +13,10 @@ import asyncio
 import base64
 import contextvars
 import importlib
+import importlib.util
 import inspect
 import json
+import marshal
 import os
 import queue
 import re
@@ -1052,6 +1054,122 @@ class _App:
 
 
 # ---------------------------------------------------------------------------------------------
+# Rehearsal
+
+# The code of the rehearsal: a module like a hello handler, and its unchecked hash-based .pyc, as
+# the platform's build leaves beside a function's modules. Made once, before a zygote forks.
+_REHEARSAL_MODULE = "_sless_rehearsal"
+_REHEARSAL_SOURCE = b"def handle(event, context):\n    return {'message': f\"Hello, {event['name']}!\"}\n"
+_REHEARSAL_PYC = (importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little")
+                  + importlib.util.source_hash(_REHEARSAL_SOURCE)
+                  + marshal.dumps(compile(_REHEARSAL_SOURCE, "<rehearsal>", "exec", dont_inherit=True)))
+
+
+class _RehearsalTransport:
+    """The transport of the rehearsal's connection: keeps the responses' status lines."""
+
+    def __init__(self):
+        self.status_lines = []
+
+    def write(self, data):
+        self.status_lines.append(bytes(data[:data.index(b"\r\n")]))
+
+    def close(self):
+        pass
+
+
+def _http_post(path, body):
+    return (b"POST %s HTTP/1.1\r\nHost: instance\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+
+
+def _rehearse(loop, recv, code_dir):
+    """Specializes a throwaway app with a hello handler and serves it one invocation, through the
+    wrapper's own code from parsing the requests to rendering the responses, on a connection that
+    goes nowhere; then undoes what the specialize did to the process. Returns whether both
+    answered 200.
+
+    A spare runs it before it reports ready, so that its cold start finds that code run once. A
+    forked interpreter copies each page of its zygote's memory that it writes for the first time,
+    and running code writes to the objects it uses (reference counts, the interpreter's caches of
+    the code): that was most of a forked spare's specialize and first invocation.
+
+    The handler's module and .pyc go into code_dir, made here and removed afterwards; when it
+    cannot be made (or code_dir is None), only the invocation is rehearsed. Nothing of the
+    rehearsal stays: its module, the finder of its directory and its path entries go, the
+    working directory and the loop's task factory are restored. The environment is left as it
+    is: the rehearsal specializes with a copy of it.
+    """
+    made = code_dir is not None and _write_rehearsal_code(code_dir)
+    cwd, path = os.getcwd(), list(sys.path)
+    app = _App(loop, ())
+    transport = _RehearsalTransport()
+    conn = _Connection(app, recv)
+    conn.connection_made(transport)
+    requests = [_http_post("/", b'{"name":"sless"}')]
+    if made:
+        config = {"code_dir": code_dir, "handler": _REHEARSAL_MODULE + ".handle",
+                  "env": dict(os.environ), "function": "", "namespace": "", "concurrency": 1}
+        requests.insert(0, _http_post("/_sless/specialize", _encode_json(config).encode()))
+    else:
+        handler = {}
+        exec(marshal.loads(memoryview(_REHEARSAL_PYC)[16:]), handler)
+        app._function = _Function(loop, handler["handle"], "", "", 1, False, None)
+    try:
+        for request in requests:
+            recv[:len(request)] = request
+            conn.buffer_updated(len(request))
+    finally:
+        loop.set_task_factory(None)
+        sys.modules.pop(_REHEARSAL_MODULE, None)
+        os.chdir(cwd)
+        sys.path[:] = path
+        if made:
+            for entry in (code_dir, os.path.join(code_dir, ".deps")):
+                sys.path_importer_cache.pop(entry, None)
+            _remove_rehearsal_code(code_dir)
+    return transport.status_lines == [b"HTTP/1.1 200 OK"] * len(requests)
+
+
+def _rehearsal_files(code_dir):
+    """The rehearsal's directories and files under code_dir, in the order they are made."""
+    cache = os.path.join(code_dir, "__pycache__")
+    return (code_dir, cache, os.path.join(code_dir, _REHEARSAL_MODULE + ".py"),
+            os.path.join(cache, f"{_REHEARSAL_MODULE}.{sys.implementation.cache_tag}.pyc"))
+
+
+def _write_rehearsal_code(code_dir):
+    """Makes code_dir with the rehearsal's module and .pyc; returns whether it could."""
+    _, cache, source, pyc = _rehearsal_files(code_dir)
+    try:
+        os.mkdir(code_dir, 0o700)
+    except OSError:
+        return False
+    try:
+        os.mkdir(cache, 0o700)
+        for file, data in ((source, _REHEARSAL_SOURCE), (pyc, _REHEARSAL_PYC)):
+            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+    except OSError:
+        _remove_rehearsal_code(code_dir)
+        return False
+    return True
+
+
+def _remove_rehearsal_code(code_dir):
+    _, cache, source, pyc = _rehearsal_files(code_dir)
+    for remove, entry in ((os.unlink, pyc), (os.unlink, source), (os.rmdir, cache),
+                          (os.rmdir, code_dir)):
+        try:
+            remove(entry)
+        except FileNotFoundError:
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
 # Process
 
 
@@ -1099,9 +1217,7 @@ def _remove_stale_socket(path):
         pass
 
 
-async def _listen(loop, app, address):
-    recv = memoryview(bytearray(RECV_BUFFER))
-
+async def _listen(loop, app, address, recv):
     def factory():
         return _Connection(app, recv)
 
@@ -1141,7 +1257,16 @@ def serve(args):
         except Exception as exc:
             sys.__stderr__.write(_format_exception(exc))
             return 1
-    server = loop.run_until_complete(_listen(loop, app, args.address))
+    # The loop's connections share one receive buffer (see _Connection).
+    recv = memoryview(bytearray(RECV_BUFFER))
+    if args.code_dir is None:
+        # Beside the socket, in the instance's own directory (the sandbox's socket directory, or
+        # the one the platform made for its instances' sockets).
+        code_dir = args.address[1] + ".rehearsal" if args.address[0] == "unix" else None
+        if not _rehearse(loop, recv, code_dir):
+            sys.__stderr__.write("sless wrapper: rehearsing a cold start failed; this spare's "
+                                 "cold start will take longer\n")
+    server = loop.run_until_complete(_listen(loop, app, args.address, recv))
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"ready\n")
         os.close(args.ready_fd)
