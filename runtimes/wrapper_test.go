@@ -468,6 +468,7 @@ var conformanceCases = []conformanceCase{
 	{name: "a synchronous handler's task on the wrapper's loop runs", only: python, run: testBackgroundTask},
 	{name: "a spare's rehearsal leaves no trace", only: python, run: testRehearsalLeavesNoTrace},
 	{name: "a spare that cannot write its rehearsal's code still starts", only: python, run: testRehearsalWithoutCode},
+	{name: "a spare whose rehearsal fails still serves", only: python, run: testRehearsalFails},
 	{name: "chunked request body", run: testChunkedBody},
 	{name: "large body echoed intact", run: testLargeBody},
 	{name: "keep-alive and HEAD", run: testKeepAlive},
@@ -1222,6 +1223,23 @@ func testRehearsalWithoutCode(t *testing.T, s *suite) {
 	}
 	if strings.Contains(in.stderr.String(), "rehearsing") {
 		t.Errorf("the wrapper's output reports a failed rehearsal:\n%s", in.stderr.String())
+	}
+}
+
+// testRehearsalFails checks that a process whose rehearsal fails (its
+// environment is not UTF-8, which the rehearsal's specialize request cannot
+// carry) says so and serves as usual.
+func testRehearsalFails(t *testing.T, s *suite) {
+	if s.zygote != nil {
+		t.Skip("a forked instance's environment reaches it as JSON, always UTF-8")
+	}
+	in := s.start(t, startOptions{env: []string{"SLESS_TEST_NOT_UTF8=\xff"}})
+	in.mustSpecialize(t, specializeRequest{CodeDir: writeFiles(t, s.rt.appFiles()), Handler: "handler.handle",
+		Env: appEnv, Function: "fn", Concurrency: 1})
+	wantJSON(t, in.get(t, "/plain"), map[string]any{"hello": "world", "n": 1.0})
+	wantJSON(t, in.get(t, "/rehearsal-traces"), map[string]any{"modules": []any{}, "finders": []any{}, "path": []any{}, "importable": false})
+	if !strings.Contains(in.stderr.String(), "rehearsing a cold start failed") {
+		t.Errorf("the wrapper's output does not report the failed rehearsal:\n%s", in.stderr.String())
 	}
 }
 

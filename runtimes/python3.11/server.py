@@ -1087,7 +1087,7 @@ def _rehearse(loop, recv, code_dir):
     """Specializes a throwaway app with a hello handler and serves it one invocation, through the
     wrapper's own code from parsing the requests to rendering the responses, on a connection that
     goes nowhere; then undoes what the specialize did to the process. Returns whether both
-    answered 200.
+    answered 200 (False if anything failed).
 
     A spare runs it before it reports ready, so that its cold start finds that code run once. A
     forked interpreter copies each page of its zygote's memory that it writes for the first time,
@@ -1107,18 +1107,20 @@ def _rehearse(loop, recv, code_dir):
     conn = _Connection(app, recv)
     conn.connection_made(transport)
     requests = [_http_post("/", b'{"name":"sless"}')]
-    if made:
-        config = {"code_dir": code_dir, "handler": _REHEARSAL_MODULE + ".handle",
-                  "env": dict(os.environ), "function": "", "namespace": "", "concurrency": 1}
-        requests.insert(0, _http_post("/_sless/specialize", _encode_json(config).encode()))
-    else:
-        handler = {}
-        exec(marshal.loads(memoryview(_REHEARSAL_PYC)[16:]), handler)
-        app._function = _Function(loop, handler["handle"], "", "", 1, False, None)
     try:
+        if made:
+            config = {"code_dir": code_dir, "handler": _REHEARSAL_MODULE + ".handle",
+                      "env": dict(os.environ), "function": "", "namespace": "", "concurrency": 1}
+            requests.insert(0, _http_post("/_sless/specialize", _encode_json(config).encode()))
+        else:
+            handler = {}
+            exec(marshal.loads(memoryview(_REHEARSAL_PYC)[16:]), handler)
+            app._function = _Function(loop, handler["handle"], "", "", 1, False, None)
         for request in requests:
             recv[:len(request)] = request
             conn.buffer_updated(len(request))
+    except Exception:  # an environment that is not UTF-8, say: the spare serves all the same
+        return False
     finally:
         loop.set_task_factory(None)
         sys.modules.pop(_REHEARSAL_MODULE, None)
