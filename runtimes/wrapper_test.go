@@ -1238,6 +1238,9 @@ func testRehearsalFails(t *testing.T, s *suite) {
 		Env: appEnv, Function: "fn", Concurrency: 1})
 	wantJSON(t, in.get(t, "/plain"), map[string]any{"hello": "world", "n": 1.0})
 	wantJSON(t, in.get(t, "/rehearsal-traces"), map[string]any{"modules": []any{}, "finders": []any{}, "path": []any{}, "importable": false})
+	if _, err := os.Lstat(in.sock + ".rehearsal"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the rehearsal's code directory beside the socket: %v, want it removed", err)
+	}
 	if !strings.Contains(in.stderr.String(), "rehearsing a cold start failed") {
 		t.Errorf("the wrapper's output does not report the failed rehearsal:\n%s", in.stderr.String())
 	}
