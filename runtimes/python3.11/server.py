@@ -1060,9 +1060,9 @@ class _App:
 # the platform's build leaves beside a function's modules. Made once, before a zygote forks.
 _REHEARSAL_MODULE = "_sless_rehearsal"
 _REHEARSAL_SOURCE = b"def handle(event, context):\n    return {'message': f\"Hello, {event['name']}!\"}\n"
+_REHEARSAL_CODE = compile(_REHEARSAL_SOURCE, "<rehearsal>", "exec", dont_inherit=True)
 _REHEARSAL_PYC = (importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little")
-                  + importlib.util.source_hash(_REHEARSAL_SOURCE)
-                  + marshal.dumps(compile(_REHEARSAL_SOURCE, "<rehearsal>", "exec", dont_inherit=True)))
+                  + importlib.util.source_hash(_REHEARSAL_SOURCE) + marshal.dumps(_REHEARSAL_CODE))
 
 
 class _RehearsalTransport:
@@ -1114,7 +1114,7 @@ def _rehearse(loop, recv, code_dir):
             requests.insert(0, _http_post("/_sless/specialize", _encode_json(config).encode()))
         else:
             handler = {}
-            exec(marshal.loads(memoryview(_REHEARSAL_PYC)[16:]), handler)
+            exec(_REHEARSAL_CODE, handler)
             app._function = _Function(loop, handler["handle"], "", "", 1, False, None)
         for request in requests:
             recv[:len(request)] = request
@@ -1134,15 +1134,15 @@ def _rehearse(loop, recv, code_dir):
 
 
 def _rehearsal_files(code_dir):
-    """The rehearsal's directories and files under code_dir, in the order they are made."""
+    """The rehearsal's __pycache__ directory, module and .pyc under code_dir."""
     cache = os.path.join(code_dir, "__pycache__")
-    return (code_dir, cache, os.path.join(code_dir, _REHEARSAL_MODULE + ".py"),
+    return (cache, os.path.join(code_dir, _REHEARSAL_MODULE + ".py"),
             os.path.join(cache, f"{_REHEARSAL_MODULE}.{sys.implementation.cache_tag}.pyc"))
 
 
 def _write_rehearsal_code(code_dir):
     """Makes code_dir with the rehearsal's module and .pyc; returns whether it could."""
-    _, cache, source, pyc = _rehearsal_files(code_dir)
+    cache, source, pyc = _rehearsal_files(code_dir)
     try:
         os.mkdir(code_dir, 0o700)
     except OSError:
@@ -1162,7 +1162,7 @@ def _write_rehearsal_code(code_dir):
 
 
 def _remove_rehearsal_code(code_dir):
-    _, cache, source, pyc = _rehearsal_files(code_dir)
+    cache, source, pyc = _rehearsal_files(code_dir)
     for remove, entry in ((os.unlink, pyc), (os.unlink, source), (os.rmdir, cache),
                           (os.rmdir, code_dir)):
         try:
