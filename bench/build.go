@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -30,7 +31,7 @@ import (
 )
 
 // buildSamples is how many builds each case of the build table measures.
-const buildSamples = 7
+var buildSamples = flag.Int("build-samples", 7, "builds measured per case of the build table")
 
 // builds measures upload -> artifact for the crane builder (pushing to
 // go-containerregistry's registry on loopback) next to the local builder,
@@ -103,8 +104,8 @@ func builds(report io.Writer) error {
 		}
 	}
 	// The builders alternate, so that both see the same load.
-	for i := range buildSamples {
-		logf("builds: round %d of %d", i+1, buildSamples)
+	for i := range *buildSamples {
+		logf("builds: round %d of %d", i+1, *buildSamples)
 		for _, b := range builders {
 			times := results[b.name]
 			hello := helloFiles()
@@ -121,7 +122,7 @@ func builds(report io.Writer) error {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(report, "\nBuilds: upload (into the blob store) -> artifact, %d samples each, median (min-max); "+
 		"crane pushes to go-containerregistry's registry on loopback; load average %s.\n\n",
-		buildSamples, strings.Join(strings.Fields(string(load))[:3], " "))
+		*buildSamples, strings.Join(strings.Fields(string(load))[:3], " "))
 	fmt.Fprintln(report, "| case | target (crane) | crane | local |")
 	fmt.Fprintln(report, "|---|---|---|---|")
 	for i, r := range rows {

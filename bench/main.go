@@ -43,7 +43,7 @@ var (
 
 // quickSettings are the values -quick gives the flags not set on the command line.
 var quickSettings = map[string]string{
-	"duration": "1s", "warmup": "1s", "cold-samples": "3", "bare-samples": "5", "ledger-benchtime": "0.3s",
+	"duration": "1s", "warmup": "1s", "cold-samples": "3", "bare-samples": "5", "ledger-benchtime": "0.3s", "build-samples": "3",
 	"scale-functions": "100", "scale-warm": "10", "overload-rounds": "3",
 }
 
@@ -181,14 +181,17 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		for _, c := range []struct{ settings, url string }{{"concurrency 32", fnURL}, {"defaults (concurrency 1)", dURL}} {
-			cold, err := coldStarts(c.url, *coldSamples)
-			if err != nil {
-				return err
-			}
+		functions := []struct{ settings, url string }{{"concurrency 32", fnURL}, {"defaults (concurrency 1)", dURL}}
+		colds, err := coldStarts([]string{fnURL, dURL}, *coldSamples)
+		if err != nil {
+			return err
+		}
+		for i, c := range functions {
+			cold := colds[i]
 			coldRows = append(coldRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %.2fx |", rc.name, c.settings, msStr(pct(cold, 50)), msStr(pct(cold, 99)),
 				msStr(pct(bare, 50)), strings.Join(rc.bareCmd(), " "), float64(pct(cold, 50))/float64(pct(bare, 50))))
 		}
+
 	}
 	printTable(&report, "Each wrapper on its own (TCP, specialized at start with the example's code, as the cluster mode runs it) against a minimal server for the same handler"+
 		" (`bench/minimal`: a raw asyncio protocol, a bare `http.createServer`); CPU/req is the serving process's CPU (user + system, `/proc/PID/stat`) over the run divided by the requests:",
@@ -382,30 +385,55 @@ type errSawErrors string
 
 func (e errSawErrors) Error() string { return string(e) }
 
-// coldStarts waits for the function to scale to zero (idle timeout 1s plus
-// the reaper's period) before each request and times the request.
-func coldStarts(url string, n int) ([]time.Duration, error) {
-	var out []time.Duration
-	for len(out) < n {
+// coldStarts measures n cold starts of each function of urls, the
+// functions in turn: it waits for them to scale to zero (idle timeout 1s
+// plus the reaper's period) and times a request to each, leaving
+// coldSettle between two so that one's replacement spare starts while
+// nothing is measured. Functions idling together take half the time of
+// measuring them one after the other.
+func coldStarts(urls []string, n int) ([][]time.Duration, error) {
+	out := make([][]time.Duration, len(urls))
+	for slices.ContainsFunc(out, func(d []time.Duration) bool { return len(d) < n }) {
 		time.Sleep(2500 * time.Millisecond)
-		start := time.Now()
-		resp, err := http.Get(url)
-		if err != nil {
-			return nil, err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		took := time.Since(start)
-		if resp.StatusCode != 200 {
-			return nil, fmt.Errorf("cold request: HTTP %d", resp.StatusCode)
-		}
-		if !strings.Contains(resp.Header.Get("Server-Timing"), "cold;dur=0.000") {
-			out = append(out, took)
-		} else {
-			logf("a request after idling found a warm instance; not counted")
+		for i, url := range urls {
+			if len(out[i]) == n {
+				continue
+			}
+			if i > 0 {
+				time.Sleep(coldSettle)
+			}
+			took, cold, err := coldRequest(url)
+			if err != nil {
+				return nil, err
+			}
+			if !cold {
+				logf("a request after idling found a warm instance; not counted")
+				continue
+			}
+			out[i] = append(out[i], took)
 		}
 	}
 	return out, nil
+}
+
+// coldSettle is the pause between two functions' cold starts of a round.
+const coldSettle = 500 * time.Millisecond
+
+// coldRequest times one request to url and reports whether it started an
+// instance.
+func coldRequest(url string) (time.Duration, bool, error) {
+	start := time.Now()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, false, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != 200 {
+		return 0, false, fmt.Errorf("cold request: HTTP %d", resp.StatusCode)
+	}
+	return took, !strings.Contains(resp.Header.Get("Server-Timing"), "cold;dur=0.000"), nil
 }
 
 // bareStarts times n runs of the bare interpreter.
