@@ -203,9 +203,9 @@ func Prepare(c Config, log *slog.Logger) (token string, lock *discovery.Lock, er
 // /fn path waits on them: with fewer threads than CPUs it hands requests
 // between threads less often, which on a 2-CPU machine cut the latency /fn
 // adds by a third and its CPU per request by a quarter (bench/README.md).
-// That default gives way to the control plane: Run raises GOMAXPROCS to
-// every CPU while API writes are in flight, and lowers it procsSettle after
-// the last (package procs).
+// That default gives way to the control plane and to crowds: Run raises
+// GOMAXPROCS to every CPU while API writes or many invocations are in
+// flight, and lowers it procsSettle after (package procs).
 func serverCPUs(setting int, gomaxprocsEnv string, available int) int {
 	switch {
 	case setting > 0:

@@ -146,7 +146,7 @@ type Config struct {
 	JournalMaxBytes int64
 	// ServerCPUs is how many CPUs the server's own code runs on at once
 	// (GOMAXPROCS); default 0: GOMAXPROCS when set, else half of the CPUs,
-	// and every CPU while API writes are in flight.
+	// and every CPU while API writes or many invocations are in flight.
 	ServerCPUs int
 	// Sandbox is auto, require or off; default auto (see
 	// modules/runtime/sandbox).
@@ -244,7 +244,7 @@ var settings = []setting{
 	{name: "invocation-retention", usage: "how long invocation records are kept (0: forever)"},
 	{name: "journal-sync", usage: "how often the invocation journal is fsynced; a power loss loses at most this much of the newest invocation records (0: fsync before every answer, slower)"},
 	{name: "journal-max-bytes", usage: "largest size of the invocation journal, which holds the records the database has not taken yet; beyond it /fn answers 503"},
-	{name: "server-cpus", usage: "CPUs the server's own code runs on at once (0: GOMAXPROCS when set, else half of the CPUs, leaving the rest to the instances, and every CPU while API writes are in flight)"},
+	{name: "server-cpus", usage: "CPUs the server's own code runs on at once (0: GOMAXPROCS when set, else half of the CPUs, leaving the rest to the instances, and every CPU while API writes or many invocations are in flight)"},
 	{name: "sandbox", usage: "confine instances and dependency installs: auto (where the machine allows it), require (refuse to start without), off"},
 	{name: "sandbox-uids", usage: "range FIRST-LAST of the uids given to confined processes, one each"},
 	{name: "instance-tmp-mb", usage: "size in MiB of a confined instance's private /tmp"},

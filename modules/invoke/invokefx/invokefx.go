@@ -13,6 +13,7 @@ import (
 	"go.uber.org/fx"
 	"gorm.io/gorm"
 
+	"sless.kube5s.ru/sless/internal/procs"
 	"sless.kube5s.ru/sless/modules/invoke"
 	"sless.kube5s.ru/sless/modules/invoke/ledger"
 	"sless.kube5s.ru/sless/modules/invoke/ledger/journal"
@@ -54,19 +55,25 @@ var Module = fx.Module("invoke",
 	fx.Invoke(observe),
 )
 
-// observeParams: the exporter is there only when spans are exported.
+// observeParams: the exporter is there only when spans are exported, the
+// governor only when the server's CPUs are sized to its work.
 type observeParams struct {
 	fx.In
 	Registry *prometheus.Registry
 	Proxy    *proxy.Proxy
 	Tracer   tracing.Exporter `optional:"true"`
+	Procs    *procs.Governor  `optional:"true"`
 }
 
-// observe registers the invocations' series and, when spans are exported,
-// makes the proxy export theirs.
+// observe registers the invocations' series. When spans are exported, it
+// makes the proxy export theirs; when the server's CPUs are sized to its
+// work, it makes the proxy raise them while many invocations are in flight.
 func observe(p observeParams) error {
 	if p.Tracer != nil {
 		p.Proxy.Trace(p.Tracer)
+	}
+	if p.Procs != nil {
+		p.Proxy.RaiseProcs(p.Procs)
 	}
 	return p.Registry.Register(p.Proxy.Metrics())
 }

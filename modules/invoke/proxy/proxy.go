@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sless.kube5s.ru/sless/internal/procs"
 	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
@@ -54,6 +55,8 @@ type Proxy struct {
 	metrics   *metrics
 	// tracer, when set, exports the spans of sampled invocations.
 	tracer tracing.Exporter
+	// crowd, when set, counts the invocations in flight.
+	crowd *procs.Crowd
 }
 
 var _ invoke.Invoker = (*Proxy)(nil)
@@ -81,6 +84,19 @@ func New(cfg Config, instances runtime.Instances, store functions.Store, ledger 
 // Trace makes the proxy export the spans of the invocations that e samples
 // (or whose traceparent says sampled). Call it before serving.
 func (p *Proxy) Trace(e tracing.Exporter) { p.tracer = e }
+
+// The invocations in flight at which the proxy raises the server's CPUs,
+// and below which it lets them go (package procs): at 32 connections on one
+// hello function every CPU served more, at 8 and fewer one thread did as
+// well for less CPU.
+const (
+	crowdRaiseAt = 16
+	crowdLowerAt = 8
+)
+
+// RaiseProcs makes g give the server every CPU while many invocations are
+// in flight (see crowdRaiseAt). Call it before the proxy serves.
+func (p *Proxy) RaiseProcs(g *procs.Governor) { p.crowd = g.Crowd(crowdRaiseAt, crowdLowerAt) }
 
 // Metrics returns the collector of the invocations' series (by function:
 // counts by trigger kind and outcome, cold starts, durations).
@@ -319,6 +335,10 @@ func (p *Proxy) Invoke(ctx context.Context, req invoke.Request) (*invoke.Respons
 // serve runs one invocation, answers the caller and records it.
 func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	start := time.Now()
+	if p.crowd != nil {
+		p.crowd.Begin()
+		defer p.crowd.End()
+	}
 	id := c.id
 	var u uuid.UUID
 	if id == "" {

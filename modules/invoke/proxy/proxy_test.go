@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sless.kube5s.ru/sless/internal/procs"
 	"sless.kube5s.ru/sless/modules/auth"
 	"sless.kube5s.ru/sless/modules/functions"
 	"sless.kube5s.ru/sless/modules/invoke"
@@ -358,4 +360,69 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// blockingExecutor's leases answer 200 once release is closed, counting the
+// invocations that reached an instance in started.
+type blockingExecutor struct {
+	runtime.Instances
+	release chan struct{}
+	started chan struct{}
+}
+
+func (b *blockingExecutor) Acquire(context.Context, functions.Key) (runtime.Lease, error) {
+	return &blockingLease{b}, nil
+}
+
+type blockingLease struct{ b *blockingExecutor }
+
+func (l *blockingLease) Target() *runtime.Target {
+	return &runtime.Target{Namespace: "default", Name: "fn", Timeout: 10 * time.Second}
+}
+func (l *blockingLease) ColdStart() time.Duration { return 0 }
+func (l *blockingLease) Release()                 {}
+func (l *blockingLease) Do(_ context.Context, _ *runtime.Invocation, w http.ResponseWriter) (runtime.Result, error) {
+	l.b.started <- struct{}{}
+	<-l.b.release
+	return answer(http.StatusOK, "ok")(w)
+}
+
+// TestManyInvocationsInFlightRaiseTheServersCPUs: from 16 invocations in
+// flight the proxy has the governor give the server every CPU, and lets go
+// once they ended.
+func TestManyInvocationsInFlightRaiseTheServersCPUs(t *testing.T) {
+	prev := goruntime.GOMAXPROCS(1)
+	t.Cleanup(func() { goruntime.GOMAXPROCS(prev) })
+	exec := &blockingExecutor{release: make(chan struct{}), started: make(chan struct{})}
+	p := proxy.New(proxy.Config{}, exec, fakeStore{}, &fakeLedger{discard: true}, public{}, noTokens{}, slog.New(slog.DiscardHandler))
+	p.RaiseProcs(procs.New(1, 3, 10*time.Millisecond))
+
+	var wg sync.WaitGroup
+	startOne := func() {
+		wg.Go(func() {
+			if _, err := p.Invoke(context.Background(), invoke.Request{Namespace: "default", Function: "fn", TriggerKind: invoke.KindCLI}); err != nil {
+				t.Error(err)
+			}
+		})
+		<-exec.started
+	}
+	for range 15 {
+		startOne()
+	}
+	if got := goruntime.GOMAXPROCS(0); got != 1 {
+		t.Fatalf("GOMAXPROCS with 15 invocations in flight: %d; want 1", got)
+	}
+	startOne()
+	if got := goruntime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("GOMAXPROCS with 16 invocations in flight: %d; want 3", got)
+	}
+	close(exec.release)
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for goruntime.GOMAXPROCS(0) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("GOMAXPROCS after the invocations ended: %d; want 1", goruntime.GOMAXPROCS(0))
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
