@@ -181,17 +181,15 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		functions := []struct{ settings, url string }{{"concurrency 32", fnURL}, {"defaults (concurrency 1)", dURL}}
 		colds, err := coldStarts([]string{fnURL, dURL}, *coldSamples)
 		if err != nil {
 			return err
 		}
-		for i, c := range functions {
+		for i, settings := range []string{"concurrency 32", "defaults (concurrency 1)"} {
 			cold := colds[i]
-			coldRows = append(coldRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %.2fx |", rc.name, c.settings, msStr(pct(cold, 50)), msStr(pct(cold, 99)),
+			coldRows = append(coldRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %.2fx |", rc.name, settings, msStr(pct(cold, 50)), msStr(pct(cold, 99)),
 				msStr(pct(bare, 50)), strings.Join(rc.bareCmd(), " "), float64(pct(cold, 50))/float64(pct(bare, 50))))
 		}
-
 	}
 	printTable(&report, "Each wrapper on its own (TCP, specialized at start with the example's code, as the cluster mode runs it) against a minimal server for the same handler"+
 		" (`bench/minimal`: a raw asyncio protocol, a bare `http.createServer`); CPU/req is the serving process's CPU (user + system, `/proc/PID/stat`) over the run divided by the requests:",
