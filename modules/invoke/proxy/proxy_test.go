@@ -35,11 +35,9 @@ type fakeExecutor struct {
 	runtime.Instances // Warm is not used by the proxy
 	acquireErr        error
 	do                func(w http.ResponseWriter) (runtime.Result, error)
-	acquired          int
 }
 
 func (f *fakeExecutor) Acquire(context.Context, functions.Key) (runtime.Lease, error) {
-	f.acquired++
 	if f.acquireErr != nil {
 		return nil, f.acquireErr
 	}
@@ -362,38 +360,18 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 	return out
 }
 
-// blockingExecutor's leases answer 200 once release is closed, counting the
-// invocations that reached an instance in started.
-type blockingExecutor struct {
-	runtime.Instances
-	release chan struct{}
-	started chan struct{}
-}
-
-func (b *blockingExecutor) Acquire(context.Context, functions.Key) (runtime.Lease, error) {
-	return &blockingLease{b}, nil
-}
-
-type blockingLease struct{ b *blockingExecutor }
-
-func (l *blockingLease) Target() *runtime.Target {
-	return &runtime.Target{Namespace: "default", Name: "fn", Timeout: 10 * time.Second}
-}
-func (l *blockingLease) ColdStart() time.Duration { return 0 }
-func (l *blockingLease) Release()                 {}
-func (l *blockingLease) Do(_ context.Context, _ *runtime.Invocation, w http.ResponseWriter) (runtime.Result, error) {
-	l.b.started <- struct{}{}
-	<-l.b.release
-	return answer(http.StatusOK, "ok")(w)
-}
-
 // TestManyInvocationsInFlightRaiseTheServersCPUs: from 16 invocations in
 // flight the proxy has the governor give the server every CPU, and lets go
 // once they ended.
 func TestManyInvocationsInFlightRaiseTheServersCPUs(t *testing.T) {
 	prev := goruntime.GOMAXPROCS(1)
 	t.Cleanup(func() { goruntime.GOMAXPROCS(prev) })
-	exec := &blockingExecutor{release: make(chan struct{}), started: make(chan struct{})}
+	started, release := make(chan struct{}), make(chan struct{})
+	exec := &fakeExecutor{do: func(w http.ResponseWriter) (runtime.Result, error) {
+		started <- struct{}{}
+		<-release
+		return answer(http.StatusOK, "ok")(w)
+	}}
 	p := proxy.New(proxy.Config{}, exec, fakeStore{}, &fakeLedger{discard: true}, public{}, noTokens{}, slog.New(slog.DiscardHandler))
 	p.RaiseProcs(procs.New(1, 3, 10*time.Millisecond))
 
@@ -404,7 +382,7 @@ func TestManyInvocationsInFlightRaiseTheServersCPUs(t *testing.T) {
 				t.Error(err)
 			}
 		})
-		<-exec.started
+		<-started
 	}
 	for range 15 {
 		startOne()
@@ -416,7 +394,7 @@ func TestManyInvocationsInFlightRaiseTheServersCPUs(t *testing.T) {
 	if got := goruntime.GOMAXPROCS(0); got != 3 {
 		t.Fatalf("GOMAXPROCS with 16 invocations in flight: %d; want 3", got)
 	}
-	close(exec.release)
+	close(release)
 	wg.Wait()
 	deadline := time.Now().Add(5 * time.Second)
 	for goruntime.GOMAXPROCS(0) != 1 {

@@ -103,22 +103,33 @@ func TestTraceparent(t *testing.T) {
 			if wantTrace == "" {
 				wantTrace = strings.ReplaceAll(id, "-", "")
 			}
+			// The response came over a socket, which the race detector does
+			// not count as synchronization: what the server wrote is read
+			// under the locks it wrote it with.
+			ledger.mu.Lock()
 			rec := ledger.records[0]
+			ledger.mu.Unlock()
+			exec.mu.Lock()
+			sentTraceparent := exec.sent[0]
+			exec.mu.Unlock()
+			exp.mu.Lock()
+			got := exp.got
+			exp.mu.Unlock()
 			if rec.TraceID != wantTrace {
 				t.Errorf("recorded trace id %q, want %q", rec.TraceID, wantTrace)
 			}
-			sent, ok := tracing.Parse(exec.sent[0])
-			if !ok || sent.TraceID.String() != wantTrace || exec.sent[0][53:] != tc.wantFlags {
-				t.Errorf("the handler got traceparent %q, want trace %s with flags %s", exec.sent[0], wantTrace, tc.wantFlags)
+			sent, ok := tracing.Parse(sentTraceparent)
+			if !ok || sent.TraceID.String() != wantTrace || sentTraceparent[53:] != tc.wantFlags {
+				t.Errorf("the handler got traceparent %q, want trace %s with flags %s", sentTraceparent, wantTrace, tc.wantFlags)
 			}
-			if len(exp.got) != tc.wantSpans {
-				t.Fatalf("exported %d spans, want %d", len(exp.got), tc.wantSpans)
+			if len(got) != tc.wantSpans {
+				t.Fatalf("exported %d spans, want %d", len(got), tc.wantSpans)
 			}
 			if tc.wantSpans == 0 {
 				return
 			}
 			byName := map[string]tracing.Span{}
-			for _, s := range exp.got {
+			for _, s := range got {
 				byName[strings.Fields(s.Name)[0]] = s
 				if s.TraceID.String() != wantTrace {
 					t.Errorf("span %q in trace %s, want %s", s.Name, s.TraceID, wantTrace)
