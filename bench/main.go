@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"sless.kube5s.ru/sless/runtimes"
 )
 
@@ -205,6 +207,11 @@ func run() error {
 	if err := overload(srv, &report); err != nil {
 		return err
 	}
+	account, err := ledgerAccount(srv.endpoint)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(&report, "\nLedger of the server of the tables above, once its writer caught up: %s.\n", account)
 	if err := builds(&report); err != nil {
 		return err
 	}
@@ -224,6 +231,35 @@ func run() error {
 		return replaceResults("bench/README.md", report.String())
 	}
 	return nil
+}
+
+// ledgerAccount waits up to a minute for the ledger of the server at
+// endpoint to have written its journal to the database, and says from its
+// /metrics what happened to the records of every invocation it answered:
+// written, refused by the journal (kept in memory until it took them) and
+// lost.
+func ledgerAccount(endpoint string) (string, error) {
+	value := func(families map[string]*dto.MetricFamily, name string) float64 {
+		var sum float64
+		for _, m := range families[name].GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+		return sum
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		families, err := serverMetrics(endpoint)
+		if err != nil {
+			return "", err
+		}
+		behind := value(families, "sless_ledger_behind_bytes")
+		if behind == 0 || time.Now().After(deadline) {
+			return fmt.Sprintf("%.0f records written to the database, %.0f refused by the journal, %.0f lost, %.0f bytes not written yet",
+				value(families, "sless_ledger_written_records_total"), value(families, "sless_ledger_journal_refused_records_total"),
+				value(families, "sless_ledger_lost_records_total"), behind), nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func (rc runtimeCase) bareCmd() []string {

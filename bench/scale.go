@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -167,15 +168,9 @@ var deployRequests = []string{
 // deployRequestTimes returns the mean time the server took over each of a
 // deploy's POST requests, from its /metrics: where a deploy's time goes.
 func deployRequestTimes(endpoint string) (string, error) {
-	resp, err := http.Get(endpoint + "/metrics")
+	families, err := serverMetrics(endpoint)
 	if err != nil {
 		return "", err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return "", fmt.Errorf("reading the server's metrics: %w", err)
 	}
 	sum := map[string]float64{}
 	count := map[string]uint64{}
@@ -197,6 +192,21 @@ func deployRequestTimes(endpoint string) (string, error) {
 		means[i] = msStr(time.Duration(sum[route] / float64(count[route]) * float64(time.Second)))
 	}
 	return strings.Join(means, ", "), nil
+}
+
+// serverMetrics reads the server's /metrics.
+func serverMetrics(endpoint string) (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get(endpoint + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the server's metrics: %w", err)
+	}
+	return families, nil
 }
 
 // scaleName is the name of the i-th function of the scale run: even ones
