@@ -52,12 +52,12 @@ var Module = fx.Module("invoke",
 		httpx.AsRoutes(func(p *proxy.Proxy) *proxy.Proxy { return p }),
 		httpx.AsRoutes(ledgerapi.New),
 	),
-	fx.Invoke(observe),
+	fx.Invoke(attachProxy),
 )
 
-// observeParams: the exporter is there only when spans are exported, the
+// attachParams: the exporter is there only when spans are exported, the
 // governor only when the server's CPUs are sized to its work.
-type observeParams struct {
+type attachParams struct {
 	fx.In
 	Registry *prometheus.Registry
 	Proxy    *proxy.Proxy
@@ -65,10 +65,10 @@ type observeParams struct {
 	Procs    *procs.Governor  `optional:"true"`
 }
 
-// observe registers the invocations' series. When spans are exported, it
+// attachProxy registers the invocations' series. When spans are exported, it
 // makes the proxy export theirs; when the server's CPUs are sized to its
 // work, it makes the proxy raise them while many invocations are in flight.
-func observe(p observeParams) error {
+func attachProxy(p attachParams) error {
 	if p.Tracer != nil {
 		p.Proxy.Trace(p.Tracer)
 	}

@@ -149,7 +149,7 @@ func New(cfg Config, runtimes Runtimes, log *slog.Logger) *Executor {
 
 // Start creates the executor's runtime directory and starts the idle reaper.
 func (e *Executor) Start(ctx context.Context) error {
-	if n := removeDeadRunDirs(""); n > 0 {
+	if n := removeDeadTempDirs(""); n > 0 {
 		e.log.Info("removed the temp directories of servers that did not stop", "count", n)
 	}
 	dir, err := tempdir.Make("", "")

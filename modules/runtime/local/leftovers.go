@@ -10,12 +10,12 @@ import (
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 )
 
-// removeDeadRunDirs removes the directories in tmp (the system's temp
+// removeDeadTempDirs removes the directories in tmp (the system's temp
 // directory when empty) of servers that no longer run, because they were
 // killed before their Stop (see tempdir.Make), and returns how many it
 // removed. The memory cgroups of dead servers are removed by
 // newMemoryLimiter.
-func removeDeadRunDirs(tmp string) int {
+func removeDeadTempDirs(tmp string) int {
 	if tmp == "" {
 		tmp = os.TempDir()
 	}

@@ -94,7 +94,8 @@ const bufferBeforeChunking = 2048
 const maxPostHandlerReadBytes = 256 << 10
 
 // response is the http.ResponseWriter of a request the front serves. It
-// frames the response as net/http's does.
+// frames the response as net/http's does, and sends the last byte of a body
+// of declared length only once the handler returned (finish).
 type response struct {
 	cn     *conn
 	req    *http.Request
