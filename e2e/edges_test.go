@@ -89,6 +89,9 @@ func TestInvocationEdges(t *testing.T) {
 				body, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				want := fmt.Sprintf(`{"method":%q}`, method)
+				if resp.ContentLength != int64(len(want)) {
+					t.Errorf("%s: Content-Length %d; want the handler's %d", method, resp.ContentLength, len(want))
+				}
 				if method == "HEAD" {
 					want = ""
 				}
@@ -182,8 +185,9 @@ func TestInvocationEdges(t *testing.T) {
 				t.Errorf("invoke: got %d %.200s; want 502 naming the limit", code, data)
 			}
 			small := `{"mode": "big", "n": 1048576}`
-			if code, _, body := s.post("/fn/default/"+fn, small); code != 200 || len(body) != 1<<20 {
-				t.Errorf("/fn under the limit: got %d and %d bytes; want 200 and 1 MiB", code, len(body))
+			if code, h, body := s.post("/fn/default/"+fn, small); code != 200 || len(body) != 1<<20 || h.Get("Content-Length") != "1048576" {
+				t.Errorf("/fn under the limit: got %d and %d bytes, Content-Length %q; want 200 and 1 MiB of declared length",
+					code, len(body), h.Get("Content-Length"))
 			}
 			if code, data := s.api("POST", "/v1/namespaces/default/functions/"+fn+"/invoke", "application/json", []byte(small)); code != 200 || len(data) != 1<<20 {
 				t.Errorf("invoke under the limit: got %d and %d bytes; want 200 and 1 MiB", code, len(data))

@@ -289,6 +289,9 @@ type call struct {
 	// traceparent is what the handler gets: the invocation's trace and the
 	// id of its handler span.
 	traceparent string
+	// held is w once the invocation is admitted: the end of its answer
+	// goes out after its record.
+	held lastByteHeld
 }
 
 // Invoke implements invoke.Invoker through the same path as /fn.
@@ -362,6 +365,8 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 		// After Record: a start is kept until its run's record is.
 		defer end()
 	}
+	c.held.ResponseWriter = c.w
+	c.w = &c.held
 	c.w.Header().Set("X-Sless-Invocation-Id", rec.ID)
 	series := p.metrics.lookup(functions.Key{Namespace: c.ns, Name: c.name})
 	p.run(ctx, c, rec, start)
@@ -370,6 +375,7 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	if rec.StatusCode != 0 {
 		p.ledger.Record(rec)
 	}
+	c.held.release()
 	p.metrics.observe(series, c, rec, took)
 	if p.tracer != nil && span.Sampled() && rec.StatusCode != 0 {
 		p.exportSpans(&span, c, rec, start, took)

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +11,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,15 +59,20 @@ func (l *fakeLease) Do(_ context.Context, inv *runtime.Invocation, w http.Respon
 	return l.f.do(w)
 }
 
-// fakeLedger keeps what is recorded, unless discard.
+// fakeLedger keeps what is recorded, unless discard; recording calls
+// onRecord first, when set.
 type fakeLedger struct {
 	invoke.Ledger // List and Get are not used by the proxy
 	discard       bool
+	onRecord      func(*invoke.Record)
 	mu            sync.Mutex
 	records       []*invoke.Record
 }
 
 func (l *fakeLedger) Record(r *invoke.Record) {
+	if l.onRecord != nil {
+		l.onRecord(r)
+	}
 	if l.discard {
 		return
 	}
@@ -223,6 +231,67 @@ func TestFnErrors(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAnswerWholeOnlyAfterItsRecord: however long a body of declared
+// length, the client has all of it only once the invocation's record is
+// appended; a crash in between would lose the record of an answer.
+func TestAnswerWholeOnlyAfterItsRecord(t *testing.T) {
+	body := strings.Repeat("x", 64<<10)
+	for _, via := range []string{"gin", "front"} {
+		t.Run(via, func(t *testing.T) {
+			exec := &fakeExecutor{do: func(w http.ResponseWriter) (runtime.Result, error) {
+				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+				// In the pieces the wire copies.
+				for i := 0; i < len(body); i += 32 << 10 {
+					io.WriteString(w, body[i:i+32<<10])
+				}
+				return runtime.Result{StatusCode: 200, ResponseBytes: int64(len(body))}, nil
+			}}
+			var (
+				// The client's connection, handed to the record by a channel:
+				// the race detector does not count the request's way over a
+				// socket as synchronization.
+				client   = make(chan net.Conn, 1)
+				recorded = make(chan struct{})
+				got      = make([]byte, len(body))
+				atRecord int
+				resp     *http.Response
+				br       *bufio.Reader
+				err      error
+			)
+			ledger := &fakeLedger{onRecord: func(*invoke.Record) {
+				defer close(recorded)
+				conn := <-client
+				br = bufio.NewReader(conn)
+				// Whatever was sent by now arrives well within the deadline.
+				conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+				if resp, err = http.ReadResponse(br, nil); err == nil {
+					atRecord, err = io.ReadFull(resp.Body, got)
+				}
+			}}
+			p := proxy.New(proxy.Config{}, exec, fakeStore{}, ledger, public{}, noTokens{}, slog.New(slog.DiscardHandler))
+			conn, err := net.Dial("tcp", strings.TrimPrefix(serve(t, p, via), "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			client <- conn
+			io.WriteString(conn, "GET /fn/default/fn HTTP/1.1\r\nHost: x\r\n\r\n")
+			select {
+			case <-recorded:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the invocation was not recorded")
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) || atRecord == len(body) {
+				t.Fatalf("at the record, the client had %d of %d bytes (%v), want the body without its end", atRecord, len(body), err)
+			}
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadFull(resp.Body, got[atRecord:]); err != nil || string(got) != body {
+				t.Fatalf("after the record: %v, body intact %v", err, string(got) == body)
+			}
+		})
 	}
 }
 

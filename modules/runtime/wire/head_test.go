@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -23,11 +24,18 @@ func TestReadHead(t *testing.T) {
 		wantErr string
 	}{
 		{name: "minimal", raw: "HTTP/1.1 200 OK\r\n\r\n", want: head{status: 200, contentLength: -1}, headers: http.Header{}},
-		{name: "fields of the protocol are taken, not passed on",
+		{name: "fields of the protocol are taken, not passed on; Content-Length is both",
 			raw: "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-Sless-Logs: \"a\\nb\"\r\nX-Sless-Error: \"boom\"\r\n" +
 				"X-Sless-Handler-Us: 1500\r\nx-sless-other: 1\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\n",
 			want:    head{status: 201, contentLength: 5, close: true, logs: "a\nb", handlerError: "boom", handler: 1500 * 1000},
-			headers: http.Header{"Content-Type": {"text/plain"}}},
+			headers: http.Header{"Content-Type": {"text/plain"}, "Content-Length": {"5"}}},
+		{name: "a repeated Content-Length of the same value", raw: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n",
+			want: head{status: 200, contentLength: 3}, headers: http.Header{"Content-Length": {"3"}}},
+		{name: "Transfer-Encoding overrides Content-Length, which is not passed on",
+			raw:  "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+			want: head{status: 200, contentLength: -1, chunked: true}, headers: http.Header{}},
+		{name: "a signed Content-Length", raw: "HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\n", wantErr: "malformed Content-Length"},
+		{name: "conflicting Content-Lengths", raw: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", wantErr: "malformed Content-Length"},
 		{name: "interim responses are skipped",
 			raw:     "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 204 No Content\r\nA: 1\r\nA: 2\r\n\r\n",
 			want:    head{status: 204, contentLength: -1},
@@ -71,7 +79,8 @@ func TestReadHead(t *testing.T) {
 
 // FuzzReadHead feeds arbitrary bytes to the parser of instance responses: it
 // must never panic, and whatever it accepts must be a final response whose
-// headers hold nothing of the protocol, with logs within their cap.
+// headers hold nothing of the protocol, with logs within their cap, and
+// whose Content-Length, when passed on, is the one that frames the body.
 func FuzzReadHead(f *testing.F) {
 	f.Add("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Sless-Logs: \"hi\"\r\n\r\nok")
 	f.Add("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -93,8 +102,13 @@ func FuzzReadHead(f *testing.F) {
 		if len(h.logs) > MaxLogBytes+len("...[truncated 9223372036854775807 bytes]") {
 			t.Errorf("logs of %d bytes passed the cap", len(h.logs))
 		}
-		for k := range dst {
-			if skipHeader(k) {
+		for k, v := range dst {
+			switch {
+			case k == "Content-Length":
+				if n, err := strconv.ParseInt(v[0], 10, 64); len(v) != 1 || err != nil || n != h.contentLength || v[0][0] == '+' {
+					t.Errorf("Content-Length %q reached the client for a body of %d bytes", v, h.contentLength)
+				}
+			case skipHeader(k):
 				t.Errorf("header %q reached the client", k)
 			}
 		}

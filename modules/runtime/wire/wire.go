@@ -195,8 +195,9 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 		return res, false, connErr("reading the response", err)
 	}
 	res.StatusCode, res.Logs, res.Error, res.Handler = head.status, head.logs, head.handlerError, head.handler
-	if r.Method == http.MethodHead {
-		// The answer to HEAD has no body, whatever its Content-Length says.
+	if r.Method == http.MethodHead || head.status == http.StatusNoContent || head.status == http.StatusNotModified {
+		// No body follows, whatever the Content-Length says: it is the
+		// length of the body a GET would get.
 		head.contentLength, head.chunked = 0, false
 	}
 	if inv.MaxResponseBytes > 0 && head.contentLength > inv.MaxResponseBytes {
@@ -420,6 +421,13 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 			return h, err
 		}
 		if len(line) == 0 {
+			if h.chunked {
+				// Transfer-Encoding overrides Content-Length (RFC 9112,
+				// 6.3), which a proxy removes before passing the
+				// response on.
+				h.contentLength = -1
+				delete(dst, "Content-Length")
+			}
 			return h, nil
 		}
 		i := bytes.IndexByte(line, ':')
@@ -433,10 +441,13 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 		value := string(bytes.TrimSpace(line[i+1:]))
 		switch key {
 		case "Content-Length":
-			h.contentLength, err = strconv.ParseInt(value, 10, 64)
-			if err != nil || h.contentLength < 0 {
+			n, err := parseLength(value)
+			if err != nil || (h.contentLength >= 0 && n != h.contentLength) {
 				return h, fmt.Errorf("malformed Content-Length %q", value)
 			}
+			// Passed on: a client sees the length the instance framed,
+			// also in the answer to HEAD, which has no body.
+			h.contentLength, dst[key] = n, []string{value}
 		case "Transfer-Encoding":
 			h.chunked = strings.EqualFold(value, "chunked")
 		case "Connection":
@@ -455,6 +466,13 @@ func readHead(br *bufio.Reader, dst http.Header) (head, error) {
 			}
 		}
 	}
+}
+
+// parseLength parses a Content-Length value: decimal digits only (RFC 9110,
+// 8.6); ParseInt would also take a sign.
+func parseLength(v string) (int64, error) {
+	n, err := strconv.ParseUint(v, 10, 63)
+	return int64(n), err
 }
 
 // wrapperKeys are the header names the wrappers write, in canonical form,
@@ -565,8 +583,6 @@ const truncatedMarker = "...[truncated %d bytes]"
 // another response after it.
 func (cn *conn) bodyReader(h head) (io.Reader, bool) {
 	switch {
-	case h.status == http.StatusNoContent || h.status == http.StatusNotModified:
-		return http.NoBody, true
 	case h.chunked:
 		return httputil.NewChunkedReader(cn.br), true
 	case h.contentLength >= 0:

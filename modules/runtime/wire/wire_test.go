@@ -183,15 +183,39 @@ func TestHeadRequest(t *testing.T) {
 	if err != nil || res.Err != nil {
 		t.Fatalf("HEAD: got %v / %v after %v, want the response at once", err, res.Err, time.Since(started))
 	}
-	if out.StatusCode != 200 || out.Body.Len() != 0 || out.Header().Get("Content-Type") != "application/json" {
-		t.Errorf("HEAD: got %d %v %q, want 200 with the headers and no body", out.StatusCode, out.Header(), out.Body.String())
+	if out.StatusCode != 200 || out.Body.Len() != 0 || out.Header().Get("Content-Type") != "application/json" ||
+		out.Header().Get("Content-Length") != "17" {
+		t.Errorf("HEAD: got %d %v %q, want 200 with the headers, Content-Length 17, and no body", out.StatusCode, out.Header(), out.Body.String())
 	}
 	out, _, err = do(t, c, http.MethodGet, 0)
-	if err != nil || out.Body.String() != "after" {
-		t.Fatalf("GET after HEAD: got %v %q, want the GET's own response", err, out.Body.String())
+	if err != nil || out.Body.String() != "after" || out.Header().Get("Content-Length") != "5" {
+		t.Fatalf("GET after HEAD: got %v %q %v, want the GET's own response and length", err, out.Body.String(), out.Header())
 	}
 	if n := f.dials.Load(); n != 1 {
 		t.Errorf("dials: got %d, want 1 (the connection survives a HEAD)", n)
+	}
+}
+
+// TestNoBodyWhateverTheLength: a 304 or 204 has no body, even with a
+// Content-Length, and the connection stays in step.
+func TestNoBodyWhateverTheLength(t *testing.T) {
+	for _, status := range []string{"304 Not Modified", "204 No Content"} {
+		t.Run(status, func(t *testing.T) {
+			f := startFake(t, func(*http.Request) answer {
+				return answer{raw: "HTTP/1.1 " + status + "\r\nETag: \"v1\"\r\nContent-Length: 20\r\n\r\n"}
+			})
+			c := f.client()
+			defer c.Close()
+			for i := range 2 {
+				out, res, err := do(t, c, http.MethodGet, 0)
+				if err != nil || res.Err != nil || out.Body.Len() != 0 || out.Header().Get("Etag") != `"v1"` {
+					t.Fatalf("call %d: got %v / %v, %v %q, want the answer without a body", i, err, res.Err, out.Header(), out.Body.String())
+				}
+			}
+			if n := f.dials.Load(); n != 1 {
+				t.Errorf("dials: got %d, want 1", n)
+			}
+		})
 	}
 }
 

@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -550,40 +548,5 @@ func TestShutdown(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 		t.Errorf("still accepting")
-	}
-}
-
-// TestWholeBodyOnlyAfterTheHandler: a body of declared length, too long for
-// the front to buffer, does not reach the client whole before the handler
-// returns; the proxy records the invocation it answered in between.
-func TestWholeBodyOnlyAfterTheHandler(t *testing.T) {
-	body := strings.Repeat("x", 64<<10)
-	wrote, returned := make(chan struct{}), make(chan struct{})
-	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		io.WriteString(w, body)
-		close(wrote)
-		<-returned
-	}), nil)
-	c := dial(t, s.addr)
-	c.send("GET /fn/big HTTP/1.1\r\nHost: x\r\n\r\n")
-	<-wrote
-	resp, err := http.ReadResponse(c.br, &http.Request{Method: "GET"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(body))
-	n, err := io.ReadFull(resp.Body, got[:len(body)-1])
-	if err != nil {
-		t.Fatalf("reading all but the last byte: %d bytes, %v", n, err)
-	}
-	c.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if n, err := resp.Body.Read(got[len(body)-1:]); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("the last byte arrived before the handler returned (%d bytes, %v)", n, err)
-	}
-	c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	close(returned)
-	if _, err := io.ReadFull(resp.Body, got[len(body)-1:]); err != nil || string(got) != body {
-		t.Fatalf("after the handler returned: %v, body intact %v", err, string(got) == body)
 	}
 }

@@ -94,8 +94,7 @@ const bufferBeforeChunking = 2048
 const maxPostHandlerReadBytes = 256 << 10
 
 // response is the http.ResponseWriter of a request the front serves. It
-// frames the response as net/http's does, and sends the last byte of a body
-// of declared length only once the handler returned (finish).
+// frames the response as net/http's does.
 type response struct {
 	cn     *conn
 	req    *http.Request
@@ -113,12 +112,6 @@ type response struct {
 	// buf holds the body until the head is sent.
 	buf      []byte
 	chunking bool
-	// last is the final byte of a body of declared length, held back until
-	// the handler returns (finish): the client does not have the whole
-	// response while the handler still works, such as recording the
-	// invocation it answered. held: last is set.
-	last byte
-	held bool
 	// closeAfter: the connection closes after this response.
 	closeAfter   bool
 	bodyTooLarge bool
@@ -174,16 +167,10 @@ func (w *response) Write(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n := len(p)
-	if w.written == w.contentLength && !w.chunking && w.req.Method != http.MethodHead {
-		// The body's end: its last byte goes out at finish.
-		w.last, w.held = p[n-1], true
-		p = p[:n-1]
-	}
 	if err := w.writeBody(p); err != nil {
 		return 0, err
 	}
-	return n, nil
+	return len(p), nil
 }
 
 // sniffLen is how much of a body http.DetectContentType looks at.
@@ -218,9 +205,6 @@ func (w *response) finish() error {
 		w.writeBody(w.buf)
 	}
 	w.buf = nil
-	if w.held {
-		w.cn.bw.WriteByte(w.last)
-	}
 	if w.chunking {
 		w.cn.bw.WriteString("0\r\n\r\n")
 	}
