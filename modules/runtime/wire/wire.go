@@ -196,8 +196,8 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 	}
 	res.StatusCode, res.Logs, res.Error, res.Handler = head.status, head.logs, head.handlerError, head.handler
 	if r.Method == http.MethodHead || head.status == http.StatusNoContent || head.status == http.StatusNotModified {
-		// No body follows, whatever the Content-Length says: it is the
-		// length of the body a GET would get.
+		// No body follows, whatever the Content-Length says (for HEAD
+		// and 304, the length of the body a GET would get).
 		head.contentLength, head.chunked = 0, false
 	}
 	if inv.MaxResponseBytes > 0 && head.contentLength > inv.MaxResponseBytes {
