@@ -124,6 +124,13 @@ type Executor struct {
 	wrappers map[string]string
 	// onUndeploy are told about every Undeploy (runtime.UndeployNotifier).
 	onUndeploy []func(meta.Key)
+	// reapable holds the pools the reaper visits, so that an idle server
+	// does not scan every function each second: a pool joins when it gets
+	// an instance or a minimum to keep, and leaves when the reaper finds it
+	// with neither (see pool.reap). reapMu is taken under a pool's lock,
+	// never the other way round.
+	reapMu   sync.Mutex
+	reapable map[*pool]struct{}
 
 	ctx    context.Context // cancelled by Stop
 	cancel context.CancelFunc
@@ -144,7 +151,8 @@ var (
 func New(cfg Config, runtimes Runtimes, log *slog.Logger) *Executor {
 	cfg.defaults()
 	return &Executor{cfg: cfg, runtimes: runtimes, log: log,
-		pools: map[meta.Key]*pool{}, spares: map[string]*spares{}, forkers: map[forkerKey]*forker{}, wrappers: map[string]string{}}
+		pools: map[meta.Key]*pool{}, spares: map[string]*spares{}, forkers: map[forkerKey]*forker{}, wrappers: map[string]string{},
+		reapable: map[*pool]struct{}{}}
 }
 
 // Start creates the executor's runtime directory and starts the idle reaper.
@@ -521,12 +529,12 @@ func (e *Executor) reapLoop() {
 // timeout, as the reaper does every second (tests call it with a time of
 // their own instead of waiting), and keeps MinInstances running.
 func (e *Executor) reapIdle(now time.Time) {
-	e.mu.RLock()
-	pools := make([]*pool, 0, len(e.pools))
-	for _, p := range e.pools {
+	e.reapMu.Lock()
+	pools := make([]*pool, 0, len(e.reapable))
+	for p := range e.reapable {
 		pools = append(pools, p)
 	}
-	e.mu.RUnlock()
+	e.reapMu.Unlock()
 	for _, p := range pools {
 		for _, inst := range p.reap(now, e.cfg.IdleTimeout) {
 			e.log.Debug("stopping idle instance", "namespace", p.key.Namespace, "function", p.key.Name, "pid", inst.proc.pid)

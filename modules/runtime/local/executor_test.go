@@ -257,12 +257,24 @@ func TestScaleToZeroAndMinInstances(t *testing.T) {
 	warm := target("warm", "python3.11", dir)
 	warm.MinInstances = 1
 	e.Deploy(context.Background(), warm)
+	// The reaper visits only the pools with instances or a minimum to keep.
+	reapable := func(when string, want map[string]bool) {
+		t.Helper()
+		for name, want := range want {
+			if got := local.Reapable(e, "default", name); got != want {
+				t.Errorf("%s: the reaper visits %q: %v, want %v", when, name, got, want)
+			}
+		}
+	}
+	reapable("deployed", map[string]bool{"idle": false, "warm": true})
 	first := invoke(t, e, "idle", "")
+	reapable("after a call", map[string]bool{"idle": true, "warm": true})
 	// The min instance starts in the background.
 	testenv.Eventually(t, 30*time.Second, "the min instance to start", func() bool {
 		return local.PoolOf(e, "default", "warm").Up == 1
 	})
 	local.ReapAt(e, time.Now().Add(2*time.Hour))
+	reapable("scaled to zero", map[string]bool{"idle": false, "warm": true})
 	if r := invoke(t, e, "idle", ""); r.err != nil || r.lease.ColdStart() == 0 || r.body == first.body {
 		if r.err != nil {
 			t.Fatalf("after idling: %v", r.err)

@@ -25,6 +25,17 @@ func EgressDirOf(e *Executor) string {
 // ReapAt runs e's idle reaper as if the time were now.
 func ReapAt(e *Executor, now time.Time) { e.reapIdle(now) }
 
+// Reapable reports whether e's reaper visits function ns/name's pool.
+func Reapable(e *Executor, ns, name string) bool {
+	e.mu.RLock()
+	p := e.pools[meta.Key{Namespace: ns, Name: name}]
+	e.mu.RUnlock()
+	e.reapMu.Lock()
+	defer e.reapMu.Unlock()
+	_, ok := e.reapable[p]
+	return ok
+}
+
 // Pool is the state of a function's pool.
 type Pool struct {
 	// Up and Starting count its instances; InFlight its invocations, and

@@ -92,6 +92,9 @@ func (p *pool) deploy(t runtime.Target) []*instance {
 		stop = p.drainLocked()
 	}
 	p.target = &t
+	if t.MinInstances > 0 {
+		p.setReapableLocked(true)
+	}
 	if t.Suspended {
 		stop = append(stop, p.reapLocked(func(*instance) bool { return true }, 0)...)
 	}
@@ -281,6 +284,7 @@ func (p *pool) started(t *runtime.Target, pr *process, refill func(), took time.
 		inst.coldStart = took
 	}
 	p.instances = append(p.instances, inst)
+	p.setReapableLocked(true)
 	p.e.wg.Go(func() { p.watch(inst) })
 	p.dispatchLocked()
 }
@@ -372,7 +376,23 @@ func (p *pool) reap(now time.Time, idle time.Duration) []*instance {
 	}
 	out := p.reapLocked(func(inst *instance) bool { return now.Sub(inst.lastUsed) >= idle }, keep)
 	p.ensureMinLocked()
+	if len(p.instances) == 0 && (p.removed || p.target.Suspended || p.target.MinInstances == 0) {
+		// Nothing to reap or keep until an instance starts (started) or a
+		// minimum is deployed.
+		p.setReapableLocked(false)
+	}
 	return out
+}
+
+// setReapableLocked puts p in the reaper's set, or takes it out.
+func (p *pool) setReapableLocked(reapable bool) {
+	p.e.reapMu.Lock()
+	defer p.e.reapMu.Unlock()
+	if reapable {
+		p.e.reapable[p] = struct{}{}
+	} else {
+		delete(p.e.reapable, p)
+	}
 }
 
 // reapLocked removes the idle instances that expired says, newest first (the
