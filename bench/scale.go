@@ -123,6 +123,10 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	if err != nil {
 		return err
 	}
+	threadsWarm, err := threadsOf(srv.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
 
 	logf("scale: idle CPU of the server over 10s")
 	time.Sleep(2 * time.Second)
@@ -141,6 +145,7 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	fmt.Fprintf(report, "| mean server time of a deploy's requests: create, upload, http trigger | %s |\n", apiTimes)
 	fmt.Fprintf(report, "| server RSS with all deployed, none warm | %.0f MB |\n", rssDeployed/1e6)
 	fmt.Fprintf(report, "| server RSS with %d warm, after the load | %.0f MB |\n", warm, rssWarm/1e6)
+	fmt.Fprintf(report, "| server threads with %d warm | %.0f |\n", warm, threadsWarm)
 	pythonPSS := 0.0
 	for _, p := range procs {
 		fmt.Fprintf(report, "| PSS per %s process (%d running) | %.1f MB |\n", p.comm, p.count, p.pss/float64(p.count)/1e6)
@@ -425,15 +430,22 @@ func instanceMemory(pid int) ([]procMemory, error) {
 
 // pssOf returns the PSS of pid in bytes.
 func pssOf(pid int) (float64, error) {
-	return statusField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:")
+	kb, err := statusField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:")
+	return kb * 1024, err
 }
 
 // rssOf returns the resident set of pid in bytes.
 func rssOf(pid int) (float64, error) {
-	return statusField(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
+	kb, err := statusField(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
+	return kb * 1024, err
 }
 
-// statusField reads a "Name: N kB" line of a /proc file, in bytes.
+// threadsOf returns the number of threads of pid.
+func threadsOf(pid int) (float64, error) {
+	return statusField(fmt.Sprintf("/proc/%d/status", pid), "Threads:")
+}
+
+// statusField reads the number of a "Name: N [kB]" line of a /proc file.
 func statusField(file, name string) (float64, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -445,8 +457,7 @@ func statusField(file, name string) (float64, error) {
 			if len(f) == 0 {
 				break
 			}
-			kb, err := strconv.ParseFloat(f[0], 64)
-			return kb * 1024, err
+			return strconv.ParseFloat(f[0], 64)
 		}
 	}
 	return 0, fmt.Errorf("%s has no %s line", file, name)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sless.kube5s.ru/sless/modules/runtime"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/modules/runtime/wire"
@@ -66,6 +68,7 @@ type started struct{ cmd *exec.Cmd }
 func (s started) signal(sig syscall.Signal) error { return syscall.Kill(-s.cmd.Process.Pid, sig) }
 
 func (s started) wait() (syscall.WaitStatus, error) {
+	awaitExit(s.cmd.Process.Pid)
 	err := s.cmd.Wait()
 	if s.cmd.ProcessState != nil {
 		if ws, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
@@ -73,6 +76,31 @@ func (s started) wait() (syscall.WaitStatus, error) {
 		}
 	}
 	return 0, err
+}
+
+// awaitExit returns once pid, a child the caller has not waited for, has
+// exited, parked on the runtime's poller: Wait's waitid holds an OS thread
+// while it blocks, one per running instance. Where the kernel has no
+// non-blocking pidfds (before 5.10) it returns at once and Wait blocks.
+func awaitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	// A pidfd is readable once its process exited: the first call waits
+	// for that, the second ends the wait.
+	polled := false
+	rc.Read(func(uintptr) bool {
+		done := polled
+		polled = true
+		return done
+	})
 }
 
 // forked is a process a zygote forked, whose output a goroutine copies
