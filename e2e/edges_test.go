@@ -24,7 +24,7 @@ def handle(event, context):
         print("x" * event["n"])
         return "printed"
     if mode == "big":
-        return {"statusCode": 200, "body": "y" * event["n"]}
+        return {"statusCode": 200, "headers": {"Cache-Control": "public, max-age=600"}, "body": "y" * event["n"]}
     if mode == "instance":
         return INSTANCE
     if mode == "die":
@@ -37,7 +37,7 @@ def handle(event, context):
 const nodeEdges = `exports.handle = async (event, context) => {
   event = event || {};
   if (event.mode === 'print') { console.log('x'.repeat(event.n)); return 'printed'; }
-  if (event.mode === 'big') return { statusCode: 200, body: 'y'.repeat(event.n) };
+  if (event.mode === 'big') return { statusCode: 200, headers: { 'Cache-Control': 'public, max-age=600' }, body: 'y'.repeat(event.n) };
   if (event.mode === 'stray') { setTimeout(() => { throw new Error('stray timer'); }, 10); return 'returned'; }
   if (event.mode === 'sleep') { await new Promise((resolve) => setTimeout(resolve, event.ms)); return 'slept'; }
   return { method: context.method };
@@ -176,18 +176,22 @@ func TestInvocationEdges(t *testing.T) {
 
 		t.Run(fn+" result cap on /fn and invoke", func(t *testing.T) {
 			big := `{"mode": "big", "n": 7340032}` // 7 MiB, over the default 6 MiB
-			code, _, body := s.post("/fn/default/"+fn, big)
+			code, h, body := s.post("/fn/default/"+fn, big)
 			if code != http.StatusBadGateway || !strings.Contains(body, "the body of 7.0 MiB exceeds the limit of 6.0 MiB") {
 				t.Errorf("/fn: got %d %.200s; want 502 naming the limit", code, body)
+			}
+			if cc := h.Get("Cache-Control"); cc != "" {
+				t.Errorf("/fn: the platform's 502 carries the function's Cache-Control %q", cc)
 			}
 			code, data := s.api("POST", "/v1/namespaces/default/functions/"+fn+"/invoke", "application/json", []byte(big))
 			if code != http.StatusBadGateway || !strings.Contains(string(data), "the body of 7.0 MiB exceeds the limit of 6.0 MiB") {
 				t.Errorf("invoke: got %d %.200s; want 502 naming the limit", code, data)
 			}
 			small := `{"mode": "big", "n": 1048576}`
-			if code, h, body := s.post("/fn/default/"+fn, small); code != 200 || len(body) != 1<<20 || h.Get("Content-Length") != "1048576" {
-				t.Errorf("/fn under the limit: got %d and %d bytes, Content-Length %q; want 200 and 1 MiB of declared length",
-					code, len(body), h.Get("Content-Length"))
+			if code, h, body := s.post("/fn/default/"+fn, small); code != 200 || len(body) != 1<<20 ||
+				h.Get("Content-Length") != "1048576" || h.Get("Cache-Control") == "" {
+				t.Errorf("/fn under the limit: got %d and %d bytes, headers %v; want 200 and 1 MiB of declared length, with the function's headers",
+					code, len(body), h)
 			}
 			if code, data := s.api("POST", "/v1/namespaces/default/functions/"+fn+"/invoke", "application/json", []byte(small)); code != 200 || len(data) != 1<<20 {
 				t.Errorf("invoke under the limit: got %d and %d bytes; want 200 and 1 MiB", code, len(data))

@@ -565,7 +565,16 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 }
 
 // doFailed answers when the invocation failed before its response started.
+// The headers the instance's answer had put in the response by then go: a
+// function's Cache-Control or Set-Cookie must not ride on the platform's
+// error.
 func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *runtime.Target, err error) {
+	h := c.w.Header()
+	for k := range h {
+		if k != "X-Sless-Invocation-Id" {
+			delete(h, k)
+		}
+	}
 	var mbe *http.MaxBytesError
 	var be *runtime.BodyError
 	switch {

@@ -164,6 +164,14 @@ func TestFnErrors(t *testing.T) {
 		{name: "response too large", wantOutcome: "crash", do: fail(runtime.Errorf(runtime.ErrResponseTooLarge, "the body of 7.0 MiB exceeds the limit of 6.0 MiB", nil)),
 			wantStatus: 502, wantRecord: 502,
 			wantBody: `{"error":"function \"fn\" returned a response too large to pass on: the body of 7.0 MiB exceeds the limit of 6.0 MiB"}`},
+		{name: "the instance's headers do not ride on the platform's error", wantOutcome: "crash",
+			do: func(w http.ResponseWriter) (runtime.Result, error) {
+				w.Header().Set("Cache-Control", "public, max-age=600")
+				w.Header().Set("Set-Cookie", "session=abc")
+				return runtime.Result{}, runtime.Errorf(runtime.ErrResponseTooLarge, "the body of 7.0 MiB exceeds the limit of 6.0 MiB", nil)
+			},
+			wantStatus: 502, wantRecord: 502,
+			wantBody: `{"error":"function \"fn\" returned a response too large to pass on: the body of 7.0 MiB exceeds the limit of 6.0 MiB"}`},
 		{name: "unclassified invocation failure is internal", wantOutcome: "error", do: fail(secret), wantStatus: 500, wantRecord: 500,
 			wantBody: `{"error":"internal error while invoking the function; the server log has the details"}`},
 		{name: "crash after the head is a 502 record and a cut connection", wantOutcome: "crash",
@@ -206,6 +214,11 @@ func TestFnErrors(t *testing.T) {
 				}
 				if resp.StatusCode != tc.wantStatus || string(body) != tc.wantBody {
 					t.Errorf("got %d %s, want %d %s", resp.StatusCode, body, tc.wantStatus, tc.wantBody)
+				}
+				for _, k := range []string{"Cache-Control", "Set-Cookie"} {
+					if v := resp.Header.Get(k); v != "" {
+						t.Errorf("the platform's %d carries the function's %s: %s", tc.wantStatus, k, v)
+					}
 				}
 				if got := resp.Header.Get("Retry-After") != ""; got != tc.retryAfter {
 					t.Errorf("Retry-After present = %v, want %v", got, tc.retryAfter)
