@@ -270,6 +270,12 @@ def _parse_trigger(value):
     return trigger if isinstance(trigger, dict) else dict(_DEFAULT_TRIGGER)
 
 
+# The scanner that json.loads runs after matching the whitespace around the value, twice,
+# with a regular expression: that matching and the calls around it cost most of the decoding of
+# a small event (0.9 µs of a '{}').
+_scan_json = json.JSONDecoder().scan_once
+
+
 def _decode_event(body):
     """The handler's event: JSON, else text, else (not UTF-8) the raw bytes; None when empty."""
     if not body:
@@ -278,6 +284,13 @@ def _decode_event(body):
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return body
+    try:
+        value, end = _scan_json(text, 0)
+        if end == len(text):
+            return value
+    except (StopIteration, ValueError):
+        pass
+    # Whitespace around the value, or not JSON: json.loads, for the same result as always.
     try:
         return json.loads(text)
     except ValueError:
