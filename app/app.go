@@ -223,9 +223,10 @@ func serverCPUs(setting int, gomaxprocsEnv string, available int) int {
 const procsSettle = time.Second
 
 // heapFloor is how much the server's heap may grow between two garbage
-// collections at least (see heapfloor): at 18,000 /fn requests a second a
-// collection every 2 MB of allocation cost 7-13% of the server's CPU per
-// request (bench/README.md). GOGC in the environment turns it off.
+// collections at least (see heapfloor): under /fn load, Go's default
+// collected every 4 MB or so of allocation, which cost 10-18% of the
+// server's CPU per request (bench/README.md). GOGC in the environment turns
+// it off.
 const heapFloor = 32 << 20
 
 // Run runs the server until SIGINT or SIGTERM, then stops it gracefully.

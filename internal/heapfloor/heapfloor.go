@@ -4,7 +4,7 @@
 // Go collects each time the heap grows by GOGC percent of what the last
 // collection left live (100: it doubles), with a floor of 4 MB. The server's
 // live heap is a few MB while /fn allocates about 3 KB per request: at
-// 18,000 requests a second it collected 14-16 times a second, and each
+// 15,000-18,000 requests a second it collected 12-16 times a second, and each
 // collection stops the world, scans every goroutine's stack and takes a
 // quarter of the scheduler's threads for its marking. A Floor raises GOGC
 // after each collection so that the next one comes only once floor bytes
