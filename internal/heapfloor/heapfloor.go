@@ -32,8 +32,8 @@ type Floor struct {
 	live    []metrics.Sample
 }
 
-// Start starts a Floor of floor bytes. The caller leaves GOGC alone where
-// the user set it.
+// Start starts a Floor of floor bytes. Callers start none where the user
+// set GOGC: a Floor overrides it.
 func Start(floor uint64) *Floor {
 	f := &Floor{floor: floor, live: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	f.arm()

@@ -37,7 +37,7 @@ func (h *lastByteHeld) Write(p []byte) (int, error) {
 	if !h.wroteHeader {
 		h.WriteHeader(http.StatusOK)
 	}
-	if int64(len(p)) != h.remaining || len(p) == 0 {
+	if h.remaining == 0 || int64(len(p)) != h.remaining {
 		n, err := h.ResponseWriter.Write(p)
 		if int64(len(p)) < h.remaining {
 			h.remaining -= int64(n)

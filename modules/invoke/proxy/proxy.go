@@ -165,6 +165,10 @@ func splitFnPath(path string) (ns, name string, below, ok bool) {
 	return ns, name, below, true
 }
 
+// invocationIDHeader names the invocation an answer is recorded as; the
+// platform's answers keep it when they drop the instance's headers.
+const invocationIDHeader = "X-Sless-Invocation-Id"
+
 // The X-Sless-Trigger headers of /fn and of CLI invocations.
 var (
 	httpTrigger = []byte(`{"kind":"http"}`)
@@ -367,7 +371,7 @@ func (p *Proxy) serve(ctx context.Context, c *call) *invoke.Record {
 	}
 	c.held.ResponseWriter = c.w
 	c.w = &c.held
-	c.w.Header().Set("X-Sless-Invocation-Id", rec.ID)
+	c.w.Header().Set(invocationIDHeader, rec.ID)
 	series := p.metrics.lookup(functions.Key{Namespace: c.ns, Name: c.name})
 	p.run(ctx, c, rec, start)
 	took := time.Since(start)
@@ -521,7 +525,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		fn, gerr := p.store.Get(ctx, functions.Key{Namespace: c.ns, Name: c.name})
 		if errors.Is(gerr, functions.ErrNotFound) {
 			// Not recorded, so no invocation id to hold.
-			c.w.Header().Del("X-Sless-Invocation-Id")
+			c.w.Header().Del(invocationIDHeader)
 			writeNotFound(c.w, c.ns, c.name)
 			return
 		}
@@ -546,7 +550,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		// Refusing must cost a fraction of serving, or an overload starves
 		// the invocations that got capacity: a refusal on /fn is counted
 		// into its function's summary record, not recorded on its own.
-		c.w.Header().Del("X-Sless-Invocation-Id")
+		c.w.Header().Del(invocationIDHeader)
 		c.refusal = outcomeOverloaded
 		p.refusals.add(c.ns, c.name)
 		p.refusals.pace()
@@ -571,7 +575,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *runtime.Target, err error) {
 	h := c.w.Header()
 	for k := range h {
-		if k != "X-Sless-Invocation-Id" {
+		if k != invocationIDHeader {
 			delete(h, k)
 		}
 	}
