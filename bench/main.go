@@ -193,8 +193,8 @@ func run() error {
 				msStr(pct(bare, 50)), strings.Join(rc.bareCmd(), " "), float64(pct(cold, 50))/float64(pct(bare, 50))))
 		}
 	}
-	printTable(&report, "Each wrapper on its own (TCP, specialized at start with the example's code, as the cluster mode runs it) against a minimal server for the same handler"+
-		" (`bench/minimal`: a raw asyncio protocol, a bare `http.createServer`); CPU/req is the serving process's CPU (user + system, `/proc/PID/stat`) over the run divided by the requests:",
+	printTable(&report, "Each wrapper on its own (TCP, specialized at start with the example's code, as the cluster mode runs it; the Python wrapper on "+pythonLoop(python)+
+		") against a minimal server for the same handler (`bench/minimal`: a raw asyncio protocol, a bare `http.createServer`); CPU/req is the serving process's CPU (user + system, `/proc/PID/stat`) over the run divided by the requests:",
 		[]string{"runtime", "connections", "minimal req/s", "wrapper req/s", "wrapper ÷ minimal", "minimal CPU/req", "wrapper CPU/req", "minimal p50", "wrapper p50"}, directRows)
 	printTable(&report, "Through /fn (`concurrency 32`, `max_instances 1`) against the same wrapper called directly (concurrency 32); server CPU/req is the `sless server` process's own CPU per `/fn` request:",
 		[]string{"runtime", "connections", "direct req/s", "/fn req/s", "ratio", "direct p50", "/fn p50", "added p50", "direct p99", "/fn p99", "server CPU/req"}, fnRows)
@@ -281,6 +281,16 @@ func realPath(name string, args ...string) (string, error) {
 		return "", fmt.Errorf("finding %s: %w", name, err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// pythonLoop names the event loop the Python wrapper runs on with python:
+// uvloop's when python has uvloop, else asyncio's.
+func pythonLoop(python string) string {
+	version, err := exec.Command(python, "-c", "import uvloop; print(uvloop.__version__)").Output()
+	if err != nil {
+		return "asyncio's loop, without uvloop"
+	}
+	return "uvloop " + strings.TrimSpace(string(version))
 }
 
 type server struct {

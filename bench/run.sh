@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh [flags of bench/main.go]: installs wrk and nginx when missing and
+# bench/run.sh [flags of bench/main.go]: installs wrk, nginx and uvloop when missing and
 # runs the data-plane benchmarks, printing markdown tables (-write also stores
 # them in bench/README.md, -quick runs everything in under two minutes).
 set -euo pipefail
@@ -10,4 +10,6 @@ install() { # install PACKAGE: apt-get install, with an index update when the pa
 }
 command -v wrk >/dev/null || install wrk
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || install nginx-light
+# The Python wrapper runs on uvloop when python3.11 has it, as a user's would.
+hack/tools.sh uvloop >/dev/null
 exec go run ./bench "$@"

@@ -24,6 +24,11 @@
 #   playwright  playwright-core, at the version ui/e2e/package-lock.json pins,
 #               installed with npm ci (no browser download: the tests drive
 #               Debian's chromium); prints the package's directory
+#   uvloop      Debian's python3-uvloop, which the Python wrapper runs on when
+#               its interpreter has it, installed with apt-get (as root) and,
+#               for a python3.11 on PATH that is not Debian's (pyenv, say),
+#               copied into that interpreter's site-packages; prints the
+#               package's directory as python3.11 imports it
 #
 # The cache lives in ${SLESS_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sless-tools}.
 set -euo pipefail
@@ -166,12 +171,51 @@ playwright() {
 	echo "$dir/node_modules/playwright-core"
 }
 
+# uvloop: see the list of tools above. A package built for Debian's CPython
+# 3.11 loads in any CPython 3.11 (the same ABI); the copy is checked by
+# importing it, and removed if that fails. apt-get and the copy own the
+# files: nothing is cached by this script.
+uvloop() {
+	local python debian=/usr/lib/python3/dist-packages/uvloop site
+	python=$(command -v python3.11) || {
+		log "python3.11 is not on PATH"
+		exit 1
+	}
+	local import='import os, uvloop; print(os.path.dirname(uvloop.__file__))'
+	if "$python" -c "$import" 2>/dev/null; then
+		return
+	fi
+	if $cached_only; then
+		log "uvloop is not installed for $python; run hack/tools.sh uvloop"
+		exit 3
+	fi
+	if [[ ! -f "$debian/__init__.py" ]]; then
+		log "installing python3-uvloop with apt-get (first run only)"
+		apt-get update >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-uvloop >&2
+	fi
+	if ! "$python" -c "$import" 2>/dev/null; then
+		site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+		log "copying Debian's uvloop into $site"
+		rm -rf "$site/uvloop"
+		cp -r "$debian" "$site/uvloop"
+		if ! "$python" -c "$import"; then
+			rm -rf "$site/uvloop"
+			log "$python cannot load Debian's uvloop (it is built for CPython 3.11)"
+			exit 1
+		fi
+	fi
+}
+
 case "${1:-}" in
 chromium)
 	chromium
 	;;
 playwright)
 	playwright
+	;;
+uvloop)
+	uvloop
 	;;
 versitygw)
 	go_install github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION" versitygw
@@ -186,7 +230,7 @@ victoriametrics)
 	go_install github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics "$VICTORIAMETRICS_VERSION" victoriametrics victoria-metrics
 	;;
 *)
-	echo "usage: hack/tools.sh [--cached] versitygw|terraform|envtest|victoriametrics|chromium|playwright" >&2
+	echo "usage: hack/tools.sh [--cached] versitygw|terraform|envtest|victoriametrics|chromium|playwright|uvloop" >&2
 	exit 2
 	;;
 esac

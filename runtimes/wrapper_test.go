@@ -48,7 +48,10 @@ type wrapperRuntime struct {
 	name string // the runtime, which cases key their expectations by
 	// forked says the instances are forked from a zygote
 	// (runtimes.PythonZygote) instead of started.
-	forked     bool
+	forked bool
+	// loop is the Python wrapper's --loop ("": its default, uvloop's loop
+	// when the interpreter has uvloop).
+	loop       string
 	source     []byte                 // the embedded wrapper
 	scriptName string                 // file name the wrapper is written to
 	locate     func() (string, error) // the interpreter; errNotInstalled skips
@@ -59,8 +62,11 @@ type wrapperRuntime struct {
 
 // label names the runtime's run of the suite.
 func (rt *wrapperRuntime) label() string {
-	if rt.forked {
+	switch {
+	case rt.forked:
 		return rt.name + " forked"
+	case rt.loop != "":
+		return rt.name + " " + rt.loop
 	}
 	return rt.name
 }
@@ -75,6 +81,10 @@ var errNotInstalled = errors.New("not installed")
 var wrapperRuntimes = []*wrapperRuntime{
 	{
 		name: python, source: runtimes.PythonServer, scriptName: "server.py",
+		locate: pythonInterpreter, appFile: "handler.py", appSource: pythonApp, appAsync: "handler.handle_async",
+	},
+	{
+		name: python, loop: "asyncio", source: runtimes.PythonServer, scriptName: "server.py",
 		locate: pythonInterpreter, appFile: "handler.py", appSource: pythonApp, appAsync: "handler.handle_async",
 	},
 	{
@@ -293,6 +303,7 @@ ROUTES = {
     "thread": lambda event, ctx: {"thread": threading.current_thread().name},
     "threads": threads,
     "rehearsal-traces": rehearsal_traces,
+    "loop": lambda event, ctx: {"module": type(asyncio.get_event_loop()).__module__},
     "event": event,
     "echo": echo,
     "context": context,
@@ -434,6 +445,7 @@ func TestWrapperConformance(t *testing.T) {
 
 var conformanceCases = []conformanceCase{
 	{name: "health and invocation before specialize", run: testBeforeSpecialize},
+	{name: "event loop", only: python, run: testEventLoop},
 	{name: "plain return value is 200 JSON", run: testPlainReturn},
 	{name: "statusCode, headers and string body", run: testResponseObject},
 	{name: "bytes body", run: testBytesBody},
@@ -522,6 +534,23 @@ func testBeforeSpecialize(t *testing.T, s *suite) {
 	if got := res.json(t); got["specialized"] != true {
 		t.Errorf("health after specialize = %v, want specialized true", got)
 	}
+}
+
+// testEventLoop checks which loop serves: uvloop's by default when the
+// interpreter has uvloop (which CI installs with hack/tools.sh uvloop),
+// asyncio's with --loop asyncio.
+func testEventLoop(t *testing.T, s *suite) {
+	want := "asyncio.unix_events"
+	if s.rt.loop == "" {
+		if err := exec.Command(s.interp, "-c", "import uvloop").Run(); err == nil {
+			want = "uvloop"
+		} else if testenv.Required(t) {
+			t.Fatalf("%s cannot import uvloop (%v): run hack/tools.sh uvloop", s.interp, err)
+		}
+	}
+	res := s.app.get(t, "/loop")
+	wantStatus(t, res, http.StatusOK)
+	wantBody(t, res, `{"module":"`+want+`"}`)
 }
 
 func testPlainReturn(t *testing.T, s *suite) {
@@ -1436,7 +1465,11 @@ func (s *suite) launch(t *testing.T, opts ...startOptions) *instance {
 		t.Fatal(err)
 	}
 	in.ready = readyR
-	args := append([]string{s.script, "--listen", "unix:" + in.sock, "--ready-fd", "3"}, opt.args...)
+	args := []string{s.script, "--listen", "unix:" + in.sock, "--ready-fd", "3"}
+	if s.rt.loop != "" {
+		args = append(args, "--loop", s.rt.loop)
+	}
+	args = append(args, opt.args...)
 	cmd := exec.Command(s.interp, args...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), startOnlyVar+"=1"), opt.env...)

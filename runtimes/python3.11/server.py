@@ -2,10 +2,10 @@
 
 Runs inside every function instance: loads the user's handler once and serves invocations over
 HTTP/1.1 with keep-alive on a unix or TCP socket. The contract is modules/runtime/PROTOCOL.md.
-Standard library only; runs on CPython 3.9 and later. The HTTP server is a small
-asyncio.Protocol rather than http.server: on the per-request path that every invocation pays it
-measured about 1.5 times the throughput of ThreadingHTTPServer with one keep-alive connection
-and 4 to 5 times with 32.
+Standard library only, and uvloop's event loop when the interpreter has it; runs on CPython 3.9
+and later. The HTTP server is a small asyncio.Protocol rather than http.server: on the
+per-request path that every invocation pays it measured about 1.5 times the throughput of
+ThreadingHTTPServer with one keep-alive connection and 4 to 5 times with 32.
 """
 
 import argparse
@@ -31,6 +31,14 @@ from collections import deque
 from http import HTTPStatus
 from json.encoder import c_encode_basestring, c_make_encoder
 from urllib.parse import parse_qsl, unquote
+
+try:
+    # asyncio's event loop API on libuv, when the interpreter has it: at 32 connections the
+    # wrapper serves a request for 1.5-3 µs (about a tenth) less CPU on it than on asyncio's
+    # own loop (bench/README.md). Imported here, so that a zygote's instances share it.
+    import uvloop
+except ImportError:
+    uvloop = None
 
 LOG_LIMIT = 64 * 1024  # bytes of per-invocation output kept for X-Sless-Logs
 MAX_HEAD = 1 << 20  # request line plus headers
@@ -1195,6 +1203,8 @@ def parse_args(argv):
     parser.add_argument("--ready-fd", type=int, help="write 'ready\\n' to this fd once listening")
     parser.add_argument("--code-dir", help="specialize at start from this directory")
     parser.add_argument("--handler", default="handler.handle", help="module.function (with --code-dir)")
+    parser.add_argument("--loop", choices=("auto", "asyncio"), default="auto",
+                        help="event loop: uvloop's when the interpreter has it (auto), or asyncio's")
     args = parser.parse_args(argv)
     kind, _, address = args.listen.partition(":")
     if kind == "unix" and address:
@@ -1243,6 +1253,14 @@ async def _listen(loop, app, address, recv):
                                    reuse_address=True)
 
 
+def _new_event_loop(kind):
+    """The wrapper's event loop: uvloop's when kind is "auto" and the interpreter has uvloop,
+    else asyncio's."""
+    if kind == "auto" and uvloop is not None:
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 def _exit_status(exit_exc):
     code = exit_exc.code
     if code is None or isinstance(code, int):
@@ -1263,7 +1281,7 @@ def serve(args):
     if sys.path and os.path.realpath(sys.path[0] or ".") == script_dir:
         del sys.path[0]
     proxies = _install_capture()
-    loop = asyncio.new_event_loop()
+    loop = _new_event_loop(args.loop)
     asyncio.set_event_loop(loop)
     app = _App(loop, proxies, _StandbyWorker() if args.code_dir is None else None)
     if args.code_dir is not None:

@@ -1,6 +1,7 @@
 // Package python provides the python3.11 runtime, and other CPython
 // versions for plugins (NewVersion): the wrapper uses the standard library
-// only and runs on any CPython 3.9 or later.
+// only (and uvloop when the interpreter has it) and runs on any CPython 3.9
+// or later.
 package python
 
 import (
