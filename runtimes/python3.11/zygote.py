@@ -268,7 +268,9 @@ def _import_wrapper(path):
     wrapper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(wrapper)
     # Every instance's start creates an event loop: the first creation's setup for good (the
-    # event loop policy, the selector's state) is done here, once, and shared.
+    # event loop policy, and for asyncio's own loop the selector's state) is done here, once,
+    # and shared. (uvloop's loop has none worth sharing: its first creation took 0.28 ms, the
+    # next 0.26.)
     asyncio.new_event_loop().close()
     # What the children inherit stays shared only if nothing writes to it: a collection in a
     # child would write to every object's header, so the objects here are kept out of it
