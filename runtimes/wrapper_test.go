@@ -314,6 +314,7 @@ ROUTES = {
     "logging": via_logging,
     "big-log": big_log,
     "exit": exit_process,
+    "sys-exit": lambda event, ctx: sys.exit(int(ctx.query["status"])),
     "stray": stray,
 }
 
@@ -474,6 +475,7 @@ var conformanceCases = []conformanceCase{
 	{name: "code-dir start mode", run: testCodeDirMode},
 	{name: "code-dir start mode with a broken handler exits", run: testCodeDirModeBroken},
 	{name: "process exit closes the connection", run: testProcessExit},
+	{name: "sys.exit() in a handler ends the process with its status", only: python, run: testSysExit},
 	{name: "100 concurrent requests", run: testConcurrentRequests},
 	{name: "blocking synchronous handlers run in parallel", only: python, run: testBlockingHandlersInParallel},
 	{name: "a handler thread started before the code", only: python, run: testStandbyWorker},
@@ -1124,6 +1126,34 @@ func testProcessExit(t *testing.T, s *suite) {
 	}
 	if code := in.waitExit(t); code != 1 {
 		t.Errorf("exit status = %d, want 1", code)
+	}
+}
+
+// testSysExit checks that sys.exit() ends the process with its status
+// wherever the handler runs: on the event loop (concurrency 1), on a worker
+// thread (concurrency 32: the first calls go to the pool), as an async
+// handler.
+func testSysExit(t *testing.T, s *suite) {
+	for i, tc := range []struct {
+		name        string
+		handler     string
+		concurrency int
+	}{
+		{"on the loop", "handler.handle", 1},
+		{"on a worker thread", "handler.handle", 32},
+		{"async", s.rt.appAsync, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := s.startSpecialized(t, specializeRequest{Handler: tc.handler, Concurrency: tc.concurrency})
+			status := 3 + i
+			target := fmt.Sprintf("/sys-exit?status=%d", status)
+			if res, err := in.try(http.MethodGet, target, nil, nil); err == nil {
+				t.Errorf("GET %s answered %d %q, want the connection closed without a response", target, res.status, res.body)
+			}
+			if code := in.waitExit(t); code != status {
+				t.Errorf("exit status = %d, want %d", code, status)
+			}
+		})
 	}
 }
 

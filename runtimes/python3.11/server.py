@@ -943,7 +943,10 @@ class _Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes):
         self._buf += self._recv[:nbytes]
         if not self._busy:
-            self._serve_buffered()
+            try:
+                self._serve_buffered()
+            except SystemExit as exc:  # sys.exit() in a handler on the loop, or in the code's import
+                self._app.exit(exc)
         elif len(self._buf) > PAUSE_READING_AT and not self._paused:
             self._paused = True
             self._transport.pause_reading()
@@ -1011,12 +1014,15 @@ class _App:
         self._standby = standby
         self._function = None
         self._attempted = False  # specialize is accepted once, even when it failed
+        self._exiting = False  # a handler called sys.exit(): nothing more is served
         self._control = {
             "/_sless/health": ("GET", self._health),
             "/_sless/specialize": ("POST", self._specialize_endpoint),
         }
 
     def handle(self, conn, request):
+        if self._exiting:
+            return  # left unanswered: the process ends before the loop's next round
         path, _, query = request.target.partition("?")
         if path.startswith("/_sless/"):
             conn.send(*self._control_request(path, request))
@@ -1028,6 +1034,17 @@ class _App:
         context = Context(function.name, function.namespace, request.method, path, query,
                           request.headers)
         function.invoke(conn, _decode_event(request.body), context)
+
+    def exit(self, exc):
+        """Ends the process with the SystemExit exc, raised where the loop called a protocol.
+
+        asyncio's loop lets it end run_forever, but uvloop's takes it for its transport's fatal
+        error and goes on; raised from a callback of the loop's own, it ends run_forever on both.
+        Until then, the requests the loop hands over are left unanswered (serve exits with the
+        status).
+        """
+        self._exiting = True
+        self._loop.call_soon(_raise, exc)
 
     def _control_request(self, path, request):
         route = self._control.get(path)
@@ -1251,6 +1268,10 @@ async def _listen(loop, app, address, recv):
         return await loop.create_unix_server(factory, address[1], backlog=1024)
     return await loop.create_server(factory, address[1], address[2], backlog=1024,
                                    reuse_address=True)
+
+
+def _raise(exc):
+    raise exc
 
 
 def _new_event_loop(kind):
