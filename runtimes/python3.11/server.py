@@ -945,7 +945,7 @@ class _Connection(asyncio.BufferedProtocol):
         if not self._busy:
             try:
                 self._serve_buffered()
-            except SystemExit as exc:  # sys.exit() in a handler on the loop, or in the code's import
+            except SystemExit as exc:  # sys.exit() by a handler on the loop or by the code's import
                 self._app.exit(exc)
         elif len(self._buf) > PAUSE_READING_AT and not self._paused:
             self._paused = True
@@ -1221,7 +1221,7 @@ def parse_args(argv):
     parser.add_argument("--code-dir", help="specialize at start from this directory")
     parser.add_argument("--handler", default="handler.handle", help="module.function (with --code-dir)")
     parser.add_argument("--loop", choices=("auto", "asyncio"), default="auto",
-                        help="event loop: uvloop's when the interpreter has it (auto), or asyncio's")
+                        help="uvloop's event loop when the interpreter has it (auto), or asyncio's")
     args = parser.parse_args(argv)
     kind, _, address = args.listen.partition(":")
     if kind == "unix" and address:
