@@ -539,14 +539,14 @@ func testBeforeSpecialize(t *testing.T, s *suite) {
 }
 
 // testEventLoop checks which loop serves: uvloop's by default when the
-// interpreter has uvloop (which CI installs with hack/tools.sh uvloop),
-// asyncio's with --loop asyncio.
+// interpreter has uvloop (which CI installs into python3.11 with
+// hack/tools.sh uvloop), asyncio's with --loop asyncio.
 func testEventLoop(t *testing.T, s *suite) {
 	want := "asyncio.unix_events"
 	if s.rt.loop == "" {
 		if err := exec.Command(s.interp, "-c", "import uvloop").Run(); err == nil {
 			want = "uvloop"
-		} else if testenv.Required(t) {
+		} else if testenv.Required(t) && os.Getenv("SLESS_TEST_PYTHON") == "" {
 			t.Fatalf("%s cannot import uvloop (%v): run hack/tools.sh uvloop", s.interp, err)
 		}
 	}
