@@ -92,7 +92,7 @@ func (p *pool) deploy(t runtime.Target) []*instance {
 		stop = p.drainLocked()
 	}
 	p.target = &t
-	if t.MinInstances > 0 {
+	if p.keepsMinLocked() {
 		p.setReapableLocked(true)
 	}
 	if t.Suspended {
@@ -234,9 +234,15 @@ func (p *pool) dispatchLocked() {
 
 // ensureMinLocked starts instances up to MinInstances.
 func (p *pool) ensureMinLocked() {
-	for !p.removed && !p.target.Suspended && len(p.instances)+p.starting < p.target.MinInstances {
+	for p.keepsMinLocked() && len(p.instances)+p.starting < p.target.MinInstances {
 		p.startLocked()
 	}
+}
+
+// keepsMinLocked reports whether p keeps instances running while idle: it
+// serves a version that asks for some and is neither suspended nor removed.
+func (p *pool) keepsMinLocked() bool {
+	return !p.removed && !p.target.Suspended && p.target.MinInstances > 0
 }
 
 // startLocked starts an instance of the current version in the background.
@@ -376,7 +382,7 @@ func (p *pool) reap(now time.Time, idle time.Duration) []*instance {
 	}
 	out := p.reapLocked(func(inst *instance) bool { return now.Sub(inst.lastUsed) >= idle }, keep)
 	p.ensureMinLocked()
-	if len(p.instances) == 0 && (p.removed || p.target.Suspended || p.target.MinInstances == 0) {
+	if len(p.instances) == 0 && !p.keepsMinLocked() {
 		// Nothing to reap or keep until an instance starts (started) or a
 		// minimum is deployed.
 		p.setReapableLocked(false)
