@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -269,5 +270,11 @@ func Run(c Config, log *slog.Logger, plugins ...fx.Option) error {
 	log.Info("stopping", "signal", context.Cause(ctx).Error())
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancelStop()
-	return application.Stop(stopCtx)
+	err = application.Stop(stopCtx)
+	if stopCtx.Err() != nil {
+		// What did not stop still runs: its stack says what it waits for.
+		log.Error("stopping took longer than " + StopTimeout.String() + "; the stacks of all goroutines follow")
+		pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	}
+	return err
 }

@@ -54,8 +54,11 @@ type server struct {
 	endpoint string
 	token    string
 	cmd      *exec.Cmd
-	logs     *testenv.SyncBuffer
-	done     chan struct{}
+	logs     *testenv.SyncBuffer // the log of the server running, or last run
+	// earlierLogs are the logs of the servers before a restart, shown with
+	// logs when the test fails.
+	earlierLogs string
+	done        chan struct{}
 }
 
 // startServer starts sless server and waits until it answers /readyz.
@@ -75,7 +78,7 @@ func startServer(t *testing.T, opts serverOptions) *server {
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
-			t.Logf("server log:\n%s", s.logs.String())
+			t.Logf("server log:\n%s%s", s.earlierLogs, s.logs.String())
 		}
 	})
 	return s
@@ -91,6 +94,9 @@ func (s *server) start() {
 	}
 	if s.opts.blobURL != "" {
 		args = append(args, "--blob-url", s.opts.blobURL)
+	}
+	if s.logs != nil {
+		s.earlierLogs += s.logs.String() + "--- the server restarts ---\n"
 	}
 	s.logs = &testenv.SyncBuffer{}
 	s.cmd = exec.Command(binary, args...)
