@@ -487,6 +487,7 @@ var conformanceCases = []conformanceCase{
 	{name: "large body echoed intact", run: testLargeBody},
 	{name: "keep-alive and HEAD", run: testKeepAlive},
 	{name: "pipelined requests", run: testPipelining},
+	{name: "an invocation behind the specialize request", run: testSpecializePipelined},
 	{name: "client gone mid-body", run: testClientGoneMidBody},
 	{name: "expect 100-continue", run: testExpectContinue},
 }
@@ -1405,6 +1406,47 @@ func testPipelining(t *testing.T, s *suite) {
 	}
 }
 
+// The embedded mode sends a cold start's invocation right behind the
+// specialize request, before its answer (PROTOCOL.md): the wrapper answers
+// the specialize first and serves the invocation with the handler loaded,
+// also when loading takes a while (an ES module's top-level await), and
+// answers 503 behind a failed load.
+func testSpecializePipelined(t *testing.T, s *suite) {
+	slow := map[string]string{"handler.py": "import time\ntime.sleep(0.05)\n" +
+		"def handle(event, context):\n    return {'loaded': True, 'event': event}\n"}
+	broken := map[string]string{"handler.py": "raise ValueError('broken')\n"}
+	if s.rt.name == node {
+		slow = map[string]string{"package.json": `{"type": "module"}`,
+			"handler.js": "await new Promise((resolve) => setTimeout(resolve, 50));\n" +
+				"export const handle = (event) => ({ loaded: true, event });\n"}
+		broken = map[string]string{"handler.js": "throw new Error('broken');\n"}
+	}
+	for _, tc := range []struct {
+		name                           string
+		files                          map[string]string
+		specializeStatus, invokeStatus int
+	}{{"loads", slow, http.StatusOK, http.StatusOK}, {"fails to load", broken, http.StatusInternalServerError, http.StatusServiceUnavailable}} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := s.start(t)
+			body := in.specializeBody(t, specializeRequest{CodeDir: writeFiles(t, tc.files), Handler: "handler.handle", Env: appEnv, Function: "fn"})
+			conn := in.dial(t)
+			requests := fmt.Sprintf("POST /_sless/specialize HTTP/1.1\r\nHost: sless\r\nContent-Type: application/json\r\n"+
+				"Content-Length: %d\r\n\r\n%s", len(body), body) +
+				"POST / HTTP/1.1\r\nHost: sless\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\n\"hi\""
+			if _, err := io.WriteString(conn, requests); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			wantStatus(t, readResponseFrom(t, br, http.MethodPost), tc.specializeStatus)
+			res := readResponseFrom(t, br, http.MethodPost)
+			wantStatus(t, res, tc.invokeStatus)
+			if tc.invokeStatus == http.StatusOK {
+				wantJSON(t, res, map[string]any{"loaded": true, "event": "hi"})
+			}
+		})
+	}
+}
+
 func testClientGoneMidBody(t *testing.T, s *suite) {
 	conn := s.app.dial(t)
 	if _, err := io.WriteString(conn, "POST /echo HTTP/1.1\r\nHost: sless\r\nContent-Length: 100\r\n\r\npartial"); err != nil {
@@ -1613,6 +1655,12 @@ type specializeRequest struct {
 
 func (in *instance) specialize(t *testing.T, req specializeRequest) result {
 	t.Helper()
+	return in.do(t, http.MethodPost, "/_sless/specialize", bytes.NewReader(in.specializeBody(t, req)), nil)
+}
+
+// specializeBody returns the body of a specialize request for in.
+func (in *instance) specializeBody(t *testing.T, req specializeRequest) []byte {
+	t.Helper()
 	if in.box != nil && filepath.IsAbs(req.CodeDir) {
 		// As the platform does: the code appears at /code in the sandbox.
 		if in.code == "" {
@@ -1627,7 +1675,7 @@ func (in *instance) specialize(t *testing.T, req specializeRequest) result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return in.do(t, http.MethodPost, "/_sless/specialize", bytes.NewReader(body), nil)
+	return body
 }
 
 func (in *instance) mustSpecialize(t *testing.T, req specializeRequest) {

@@ -170,15 +170,19 @@ type Lease interface {
 	// Target is the version the instance runs.
 	Target() *Target
 	// ColdStart is how long starting the instance for this invocation took,
-	// zero when a warm instance was used.
+	// zero when a warm instance was used. A start may end in Do (the local
+	// executor's last step of a start, the handler's load, is answered
+	// behind the invocation): until then ColdStart is its time so far, and
+	// it is final once Do returns or calls inv.BeforeWrite.
 	ColdStart() time.Duration
 	// Do sends the invocation and writes the instance's response to w (its
 	// status, headers and body; the protocol's X-Sless-* response headers
 	// are consumed, not copied). It returns what the platform records. A
 	// failure before anything was written to w is returned as an error
-	// (ErrTimeout, ErrCrashed, ErrResponseTooLarge, or a *BodyError for a
-	// failure reading inv.Request.Body); after that, Result.Err says what
-	// happened.
+	// (ErrStart for a start that ends in Do, ErrTimeout, ErrCrashed,
+	// ErrResponseTooLarge, or a *BodyError for a failure reading
+	// inv.Request.Body); after that, Result.Err says what happened. The
+	// invocation's timeout counts from the end of its start.
 	// Cancelling ctx ends the invocation as its deadline does (the handler
 	// may still be running, so its instance is recycled).
 	Do(ctx context.Context, inv *Invocation, w http.ResponseWriter) (Result, error)

@@ -479,6 +479,7 @@ class App {
   constructor() {
     this.fn = null; // {handler, name, namespace} once specialized
     this.attempted = false; // specialize is accepted once, even when it failed
+    this.loading = null; // the specialize in progress, until it is answered
   }
 
   onRequest(req, res) {
@@ -496,6 +497,11 @@ class App {
     const rawPath = q < 0 ? url : url.slice(0, q);
     if (rawPath.startsWith('/_sless/')) {
       this.control(req, res, rawPath, body);
+      return;
+    }
+    if (this.loading !== null) {
+      // Sent behind the specialize request (PROTOCOL.md): served once that is answered.
+      this.loading.then(() => this.handle(req, res, body));
       return;
     }
     const fn = this.fn;
@@ -520,7 +526,7 @@ class App {
     }
   }
 
-  async specializeEndpoint(res, body) {
+  specializeEndpoint(res, body) {
     if (this.attempted) {
       sendJSON(res, 409, { error: 'already specialized' });
       return;
@@ -532,6 +538,10 @@ class App {
       sendJSON(res, 400, { error: err.message });
       return;
     }
+    this.loading = this.answerSpecialize(res, config).finally(() => { this.loading = null; });
+  }
+
+  async answerSpecialize(res, config) {
     try {
       const loadMs = await this.specialize(config, true);
       sendJSON(res, 200, { load_ms: loadMs });

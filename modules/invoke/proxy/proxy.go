@@ -481,13 +481,16 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 		}
 		c.leased = true
 		t = lease.Target()
-		cold := lease.ColdStart()
-		rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
-		rec.QueueMS = ms(max(time.Since(start)-cold, 0))
+		// The cold start so far: queued is the time before it began.
+		rec.QueueMS = ms(max(time.Since(start)-lease.ColdStart(), 0))
 		inv := &runtime.Invocation{ID: rec.ID, Request: c.r, Path: c.path, Deadline: time.Now().Add(t.Timeout), Trigger: c.trigger,
 			Traceparent: c.traceparent, MaxResponseBytes: p.cfg.MaxResultBytes,
-			BeforeWrite: func(res *runtime.Result) { c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler)) }}
+			BeforeWrite: func(res *runtime.Result) {
+				recordColdStart(rec, lease)
+				c.w.Header().Set("Server-Timing", serverTiming(rec, res.Handler))
+			}}
 		res, err = lease.Do(doCtx, inv, c.w)
+		recordColdStart(rec, lease)
 		if !errors.Is(err, runtime.ErrNotSent) || attempt == maxSendAttempts || (res.RequestBytes > 0 && replay == nil) {
 			break
 		}
@@ -512,6 +515,13 @@ func (p *Proxy) run(ctx context.Context, c *call, rec *invoke.Record, start time
 			rec.Error = "the response was cut short: " + runtime.PublicMessage(res.Err, res.Err.Error())
 		}
 	}
+}
+
+// recordColdStart puts the cold start of the invocation that lease served
+// in rec.
+func recordColdStart(rec *invoke.Record, lease runtime.Lease) {
+	cold := lease.ColdStart()
+	rec.ColdStart, rec.ColdStartMS = cold > 0, ms(cold)
 }
 
 func (p *Proxy) tooLarge() string {
@@ -556,7 +566,7 @@ func (p *Proxy) acquireFailed(ctx context.Context, c *call, rec *invoke.Record, 
 		p.refusals.pace()
 		writeError(c.w, http.StatusServiceUnavailable, msg)
 	case errors.Is(err, runtime.ErrStart):
-		p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+runtime.PublicMessage(err, "the server log has the details"))
+		p.failedToStart(c, rec, err)
 	case errors.Is(err, runtime.ErrUnavailable):
 		p.fail(c, rec, http.StatusServiceUnavailable, fmt.Sprintf("function %q cannot run: %s", c.name,
 			runtime.PublicMessage(err, "this server runs no function instances")))
@@ -584,6 +594,8 @@ func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *ru
 	switch {
 	case c.cancellable && ctx.Err() != nil:
 		p.fail(c, rec, 499, "the invocation was cancelled: "+context.Cause(ctx).Error())
+	case errors.Is(err, runtime.ErrStart):
+		p.failedToStart(c, rec, err)
 	case errors.Is(err, runtime.ErrTimeout):
 		p.fail(c, rec, http.StatusGatewayTimeout, fmt.Sprintf("function %q timed out after %s", c.name, t.Timeout))
 	case errors.Is(err, runtime.ErrCrashed):
@@ -599,6 +611,12 @@ func (p *Proxy) doFailed(ctx context.Context, c *call, rec *invoke.Record, t *ru
 		p.log.Error("invocation failed", "namespace", c.ns, "function", c.name, "invocation_id", rec.ID, "error", err)
 		p.fail(c, rec, http.StatusInternalServerError, "internal error while invoking the function; the server log has the details")
 	}
+}
+
+// failedToStart answers for an instance that could not start (ErrStart),
+// from Acquire or, for the invocation that its start awaited, from Do.
+func (p *Proxy) failedToStart(c *call, rec *invoke.Record, err error) {
+	p.fail(c, rec, http.StatusBadGateway, "function failed to start: "+runtime.PublicMessage(err, "the server log has the details"))
 }
 
 // fail answers with a JSON error and records it.

@@ -106,6 +106,44 @@ func TestColdThenWarm(t *testing.T) {
 	}
 }
 
+// Invocations that arrive together at a function with no instance wait
+// for the one instance their cold start makes, which then serves them all
+// at once: only the first goes behind the instance's specialize request,
+// and the others' capacity is counted as coming.
+func TestColdBurstSharesOneInstance(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	// Each call returns once four have arrived.
+	dir := code(t, map[string]string{"handler.py": "import os, time\ndef handle(event, context):\n" +
+		"    open(os.path.join(event, str(time.monotonic_ns())), 'w').close()\n" +
+		"    deadline = time.monotonic() + 10\n" +
+		"    while len(os.listdir(event)) < 4 and time.monotonic() < deadline:\n        time.sleep(0.01)\n" +
+		"    return len(os.listdir(event))\n"})
+	tg := target("burst", "python3.11", dir)
+	tg.Concurrency, tg.MaxInstances = 4, 4
+	e.Deploy(context.Background(), tg)
+	arrivals := t.TempDir()
+	os.Chmod(arrivals, 0o777)
+	results := make(chan response, 4)
+	for range 4 {
+		go func() { results <- invoke(t, e, "burst", strconv.Quote(arrivals)) }()
+	}
+	cold := 0
+	for range 4 {
+		r := <-results
+		if r.err != nil || r.body != "4" {
+			t.Errorf("%+v; want all four in flight at once", r)
+		}
+		if r.lease != nil && r.lease.ColdStart() > 0 {
+			cold++
+		}
+	}
+	for _, st := range e.InstanceStats() {
+		if st.Key.Name == "burst" && (st.Starting+st.Idle+st.Busy != 1 || cold != 1) {
+			t.Errorf("instances %+v, %d cold starts reported; want one of each", st, cold)
+		}
+	}
+}
+
 func TestEnvIsExactlyTheFunctions(t *testing.T) {
 	t.Setenv("SLESS_SERVER_SECRET", "must-not-leak")
 	e := newExecutor(t, local.Config{})

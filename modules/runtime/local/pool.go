@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sless.kube5s.ru/sless/modules/meta"
@@ -15,21 +16,38 @@ import (
 )
 
 // instance is a specialized process serving one version of a function.
+//
+// It joins the pool when its specialize request is sent, unconfirmed: the
+// first invocation goes behind that request (see process.specialize) and
+// reads its answer, or, when no invocation waits for the instance, a
+// goroutine of its own does (confirming). Until the answer confirms it,
+// no other invocation takes it.
 type instance struct {
-	proc   *process
-	target *runtime.Target // the version it was started for
+	proc      *process
+	target    *runtime.Target // the version it was started for
+	startedAt time.Time       // when its start began
+	// answeredAt is when the answer to its specialize request was read, in
+	// Unix nanoseconds; 0 until then.
+	answeredAt atomic.Int64
 	// Guarded by the pool's mutex:
-	inflight int
-	lastUsed time.Time
-	gone     bool // removed from the pool; stop when idle
+	inflight   int
+	confirmed  bool // the handler loaded
+	confirming bool // a goroutine reads the specialize answer
+	lastUsed   time.Time
+	gone       bool // removed from the pool; stop when idle
 	// recycled: killed because it timed out or misbehaved, not stopped
 	// as idle or drained.
 	recycled bool
-	// coldStart is reported by the first lease only.
-	coldStart time.Duration
 	// refill, until called, starts the replacement of the spare the
 	// instance was made from (see startSpareReplacement).
 	refill func()
+}
+
+// takenLocked reports whether an unconfirmed instance is taken: by the
+// invocation that reads its specialize answer, or by the goroutine that
+// does.
+func (inst *instance) takenLocked() bool {
+	return !inst.confirmed && (inst.inflight > 0 || inst.confirming)
 }
 
 // startSpareReplacement starts the replacement of the spare inst was made
@@ -110,7 +128,7 @@ func (p *pool) warm(until time.Time) {
 	if until.After(p.warmUntil) {
 		p.warmUntil = until
 	}
-	if p.removed || p.starting > 0 || p.pickLocked() != nil || len(p.instances) >= p.target.MaxInstances {
+	if p.removed || p.comingLocked() > 0 || p.pickLocked() != nil || len(p.instances) >= p.target.MaxInstances {
 		return
 	}
 	p.startLocked()
@@ -169,7 +187,7 @@ func (p *pool) acquire(ctx context.Context) (runtime.Lease, error) {
 	// bound of its own (StartTimeout, after which its waiters get the start's
 	// error), so a slow cold start is not mistaken for a full pool.
 	maxWait := p.target.Timeout
-	if p.starting > 0 {
+	if p.starting > 0 || slices.ContainsFunc(p.instances, func(inst *instance) bool { return !inst.confirmed }) {
 		maxWait += p.e.cfg.StartTimeout
 	}
 	p.mu.Unlock()
@@ -206,11 +224,23 @@ func (p *pool) acquire(ctx context.Context) (runtime.Lease, error) {
 // concentrates on few instances and the others can go idle.
 func (p *pool) pickLocked() *instance {
 	for _, inst := range p.instances {
-		if inst.inflight < p.target.Concurrency && !inst.proc.exited() {
+		if inst.inflight < p.target.Concurrency && !inst.takenLocked() && !inst.proc.exited() {
 			return inst
 		}
 	}
 	return nil
+}
+
+// comingLocked is the capacity that starting instances and unconfirmed ones
+// will add.
+func (p *pool) comingLocked() int {
+	n := p.starting * p.target.Concurrency
+	for _, inst := range p.instances {
+		if !inst.confirmed {
+			n += p.target.Concurrency - inst.inflight
+		}
+	}
+	return n
 }
 
 // dispatchLocked hands capacity to waiters, and starts instances for the
@@ -227,7 +257,7 @@ func (p *pool) dispatchLocked() {
 		p.waiters[0].ch <- grant{lease: p.leaseLocked(inst)}
 		p.waiters = p.waiters[1:]
 	}
-	for len(p.waiters) > p.starting*p.target.Concurrency && len(p.instances)+p.starting < p.target.MaxInstances {
+	for coming := p.comingLocked(); len(p.waiters) > coming && len(p.instances)+p.starting < p.target.MaxInstances; coming += p.target.Concurrency {
 		p.startLocked()
 	}
 }
@@ -254,28 +284,24 @@ func (p *pool) startLocked() {
 		defer cancel()
 		start := time.Now()
 		pr, refill, err := p.e.startInstance(ctx, t)
-		p.started(t, pr, refill, time.Since(start), err)
+		p.started(t, pr, refill, start, err)
 	})
 }
 
-// started adds a started instance, or reports a failed start to the waiters
-// when nothing else can serve them. refill (see startInstance) waits in the
-// instance for its first invocation to end, when one waits for it.
-func (p *pool) started(t *runtime.Target, pr *process, refill func(), took time.Duration, err error) {
+// started adds a started instance, unconfirmed, or reports a failed start
+// to the waiters when nothing else can serve them. refill (see
+// startInstance) waits in the instance for its first invocation to end,
+// when one waits for it.
+func (p *pool) started(t *runtime.Target, pr *process, refill func(), start time.Time, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.starting--
 	if err != nil {
-		p.e.log.Error("starting an instance failed", "namespace", p.key.Namespace, "function", p.key.Name, "error", err)
-		if len(p.instances) == 0 && p.starting == 0 {
-			for _, w := range p.waiters {
-				w.ch <- grant{err: err}
-			}
-			p.waiters = nil
-		}
+		p.failedLocked(err)
 		return
 	}
-	inst := &instance{proc: pr, target: t, lastUsed: time.Now(), refill: refill}
+	inst := &instance{proc: pr, target: t, startedAt: start, lastUsed: time.Now(), refill: refill}
+	pr.specialized = func(err error) { p.specialized(inst, err) }
 	stale := p.removed || t.Version != p.target.Version
 	if stale || len(p.waiters) == 0 {
 		inst.startSpareReplacement() // no invocation waits for it
@@ -285,14 +311,46 @@ func (p *pool) started(t *runtime.Target, pr *process, refill func(), took time.
 		p.dispatchLocked()
 		return
 	}
-	if len(p.waiters) > 0 {
-		// Started on demand: the invocation it serves first waited for it.
-		inst.coldStart = took
+	if len(p.waiters) == 0 {
+		inst.confirming = true
+		p.e.wg.Go(func() { pr.awaitSpecialize() })
 	}
 	p.instances = append(p.instances, inst)
 	p.setReapableLocked(true)
 	p.e.wg.Go(func() { p.watch(inst) })
 	p.dispatchLocked()
+}
+
+// specialized confirms inst once its handler loaded; an instance whose
+// handler did not load is a failed start.
+func (p *pool) specialized(inst *instance, err error) {
+	inst.answeredAt.Store(time.Now().UnixNano())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	inst.confirming = false
+	if inst.gone {
+		return
+	}
+	if err != nil {
+		p.removeLocked(inst)
+		go inst.proc.kill()
+		p.failedLocked(err)
+		return
+	}
+	inst.confirmed = true
+	p.dispatchLocked()
+}
+
+// failedLocked reports a failed start to the waiters when nothing else can
+// serve them.
+func (p *pool) failedLocked(err error) {
+	p.e.log.Error("starting an instance failed", "namespace", p.key.Namespace, "function", p.key.Name, "error", err)
+	if len(p.instances) == 0 && p.starting == 0 {
+		for _, w := range p.waiters {
+			w.ch <- grant{err: err}
+		}
+		p.waiters = nil
+	}
 }
 
 // watch removes an instance from the pool when its process exits.
@@ -324,9 +382,12 @@ func (p *pool) stats() runtime.InstanceStats {
 	s := runtime.InstanceStats{Key: p.key, Starting: p.starting, Queued: len(p.waiters),
 		MemoryKills: p.memoryKills, Restarts: p.restarts}
 	for _, inst := range p.instances {
-		if inst.inflight > 0 {
+		switch {
+		case !inst.confirmed:
+			s.Starting++
+		case inst.inflight > 0:
 			s.Busy++
-		} else {
+		default:
 			s.Idle++
 		}
 	}
@@ -415,12 +476,11 @@ func (p *pool) reapLocked(expired func(*instance) bool, keep int) []*instance {
 	return out
 }
 
-// leaseLocked takes one invocation's capacity of inst. The first lease of an
-// instance started on demand reports its cold start.
+// leaseLocked takes one invocation's capacity of inst. The lease that reads
+// an unconfirmed instance's specialize answer reports its cold start.
 func (p *pool) leaseLocked(inst *instance) *lease {
 	inst.inflight++
-	l := &lease{pool: p, inst: inst, target: inst.target, cold: inst.coldStart}
-	inst.coldStart = 0
+	l := &lease{pool: p, inst: inst, target: inst.target, cold: !inst.confirmed}
 	if p.target.Version == inst.target.Version {
 		l.target = p.target // limits and timeout changed in place
 	}
@@ -437,18 +497,35 @@ type lease struct {
 	pool   *pool
 	inst   *instance
 	target *runtime.Target
-	cold   time.Duration
+	cold   bool // it reads its instance's specialize answer
 }
 
-func (l *lease) Target() *runtime.Target  { return l.target }
-func (l *lease) ColdStart() time.Duration { return l.cold }
-func (l *lease) Release()                 { l.pool.release(l.inst) }
+func (l *lease) Target() *runtime.Target { return l.target }
+func (l *lease) Release()                { l.pool.release(l.inst) }
+
+// ColdStart implements runtime.Lease: until Do has read the specialize
+// answer, the time since the start began.
+func (l *lease) ColdStart() time.Duration {
+	if !l.cold {
+		return 0
+	}
+	if at := l.inst.answeredAt.Load(); at != 0 {
+		return time.Unix(0, at).Sub(l.inst.startedAt)
+	}
+	return time.Since(l.inst.startedAt)
+}
 
 // Do implements runtime.Lease: a timeout recycles the instance (its handler
 // is still running), a crash reports how the process ended.
 func (l *lease) Do(ctx context.Context, inv *runtime.Invocation, w http.ResponseWriter) (runtime.Result, error) {
 	res, err := l.inst.proc.client.Do(ctx, inv, w)
 	switch {
+	case errors.Is(err, runtime.ErrStart):
+		// Its handler did not load: the pool has removed it (specialized).
+	case l.cold && l.inst.answeredAt.Load() == 0:
+		// It failed before the specialize answer was read: what the
+		// instance is, nobody knows.
+		l.pool.recycle(l.inst)
 	case errors.Is(err, runtime.ErrTimeout):
 		l.pool.recycle(l.inst)
 	case errors.Is(err, runtime.ErrNotSent):

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,6 +48,9 @@ type process struct {
 	// only once specialize gave it its code (a rootless spare); the exit
 	// watcher closes it.
 	ready *os.File
+	// specialized, set before the specialize request's answer can be read,
+	// is told its outcome (see specialize).
+	specialized func(error)
 }
 
 // osProcess is an instance's process as the executor reaches it: one it
@@ -350,7 +354,11 @@ type specializeRequest struct {
 }
 
 // specialize gives the generic process its code, limits its memory and
-// loads the function's handler.
+// sends the request that loads the function's handler, due by ctx's
+// deadline, without waiting for the answer: the instance's first
+// invocation goes behind it (wire.Client.Send), or awaitSpecialize reads
+// it. The answer's outcome goes to pr.specialized and fails the first
+// invocation's Do or awaitSpecialize: nil, or an ErrStart error.
 func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[string]string, mem *memoryLimiter) error {
 	codeDir := t.Artifact
 	if pr.box != nil {
@@ -371,11 +379,32 @@ func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[st
 	}
 	body, _ := json.Marshal(specializeRequest{CodeDir: codeDir, Handler: t.Handler, Env: env,
 		Function: t.Name, Namespace: t.Namespace, Concurrency: t.Concurrency})
-	status, resp, err := pr.client.Call(ctx, "POST", "/_sless/specialize", body)
+	deadline, _ := ctx.Deadline()
+	err := pr.client.Send(ctx, "POST", "/_sless/specialize", body, deadline, func(status int, resp []byte, err error) error {
+		err = pr.specializeOutcome(t, status, resp, err)
+		pr.specialized(err)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("specializing instance %d: %w", pr.pid, err)
 	}
-	if status != 200 {
+	return nil
+}
+
+// awaitSpecialize reads the answer to the specialize request when no
+// invocation went behind it.
+func (pr *process) awaitSpecialize() error { return pr.client.Await() }
+
+// specializeOutcome makes the answer to the specialize request (or the
+// error reading it) an ErrStart error, or nil when the handler loaded.
+func (pr *process) specializeOutcome(t *runtime.Target, status int, resp []byte, err error) error {
+	switch {
+	case errors.Is(err, runtime.ErrTimeout):
+		return runtime.Errorf(runtime.ErrStart, "the handler did not load within the start timeout", err)
+	case err != nil:
+		return runtime.Errorf(runtime.ErrStart, "the instance process could not be started; the server log has the details",
+			fmt.Errorf("reading the answer of instance %d to its specialize request: %w", pr.pid, err))
+	case status != 200:
 		var e struct{ Error, Type, Logs string }
 		json.Unmarshal(resp, &e)
 		msg := strings.TrimSpace(e.Type + ": " + e.Error)

@@ -40,9 +40,19 @@ import (
 type Client struct {
 	dial func(ctx context.Context) (net.Conn, error)
 
-	mu     sync.Mutex
-	idle   []*conn
-	closed bool
+	mu   sync.Mutex
+	idle []*conn
+	// pending is the control request that Send sent, until a Do or Await
+	// takes it to read its answer.
+	pending *pendingCall
+	closed  bool
+}
+
+// pendingCall is a control request sent on cn whose answer is not read yet.
+type pendingCall struct {
+	cn       *conn
+	deadline time.Time // of the answer
+	answered func(status int, body []byte, err error) error
 }
 
 // NewClient returns a client that opens connections with dial.
@@ -125,11 +135,24 @@ func (c *Client) put(cn *conn) {
 func (c *Client) Close() {
 	c.mu.Lock()
 	idle := c.idle
-	c.idle, c.closed = nil, true
+	if c.pending != nil {
+		idle = append(idle, c.pending.cn)
+	}
+	c.idle, c.pending, c.closed = nil, nil, true
 	c.mu.Unlock()
 	for _, cn := range idle {
 		cn.Close()
 	}
+}
+
+// takePending returns the pending control request, if any, which the
+// caller then answers for.
+func (c *Client) takePending() *pendingCall {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pc := c.pending
+	c.pending = nil
+	return pc
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
@@ -147,18 +170,27 @@ func peerClosed(cn *conn) bool {
 }
 
 // Do sends inv and writes the instance's response to w. See runtime.Lease.
+// Behind a control request that Send sent, it reads that request's answer
+// first (by that request's deadline), and fails with the error its
+// answered function returns; inv's deadline then counts from the answer.
 func (c *Client) Do(ctx context.Context, inv *runtime.Invocation, w http.ResponseWriter) (runtime.Result, error) {
-	cn, err := c.get(ctx)
-	if err != nil {
-		return runtime.Result{}, err
+	var (
+		cn       *conn
+		res      runtime.Result
+		reusable bool
+		err      error
+	)
+	if pc := c.takePending(); pc != nil {
+		cn = pc.cn
+		res, reusable, err = pipelined(ctx, pc, inv, w)
+	} else {
+		if cn, err = c.get(ctx); err != nil {
+			return runtime.Result{}, err
+		}
+		cn.SetDeadline(inv.Deadline)
+		defer cancelOnDone(ctx, cn)()
+		res, reusable, err = roundTrip(cn, inv, w)
 	}
-	cn.SetDeadline(inv.Deadline)
-	if ctx.Done() != nil {
-		// Cancelling ends the exchange like the deadline does.
-		stop := context.AfterFunc(ctx, func() { cn.SetDeadline(time.Unix(1, 0)) })
-		defer stop()
-	}
-	res, reusable, err := roundTrip(cn, inv, w)
 	if err != nil || !reusable {
 		cn.Close()
 		return res, err
@@ -171,14 +203,51 @@ func (c *Client) Do(ctx context.Context, inv *runtime.Invocation, w http.Respons
 // roundTrip writes the request and streams the response. reusable reports
 // that the connection is at the start of the next response.
 func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res runtime.Result, reusable bool, err error) {
-	r := inv.Request
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
 	n, err := writeRequest(cn.bw, inv, *buf)
-	res.RequestBytes = n
 	if err != nil {
-		return res, false, err
+		return runtime.Result{RequestBytes: n}, false, err
 	}
+	return readResponse(cn, inv, w, *buf, n)
+}
+
+// pipelined writes inv behind the control request pc, reads pc's answer,
+// then streams inv's response, like roundTrip.
+func pipelined(ctx context.Context, pc *pendingCall, inv *runtime.Invocation, w http.ResponseWriter) (res runtime.Result, reusable bool, err error) {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	cn := pc.cn
+	n, err := writeRequest(cn.bw, inv, *buf)
+	if err != nil {
+		return runtime.Result{RequestBytes: n}, false, err
+	}
+	// Cancelling waits for the answer, which tells whether the instance
+	// is fit to keep.
+	waited := time.Now()
+	if err := pc.read(*buf); err != nil {
+		return runtime.Result{RequestBytes: n}, false, err
+	}
+	cn.SetDeadline(inv.Deadline.Add(time.Since(waited)))
+	defer cancelOnDone(ctx, cn)()
+	return readResponse(cn, inv, w, *buf, n)
+}
+
+// cancelOnDone makes cancelling ctx end the exchange on cn like the
+// deadline does, until the function it returns is called.
+func cancelOnDone(ctx context.Context, cn *conn) func() {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	stop := context.AfterFunc(ctx, func() { cn.SetDeadline(time.Unix(1, 0)) })
+	return func() { stop() }
+}
+
+// readResponse streams the response to inv, whose n body bytes were sent,
+// like roundTrip.
+func readResponse(cn *conn, inv *runtime.Invocation, w http.ResponseWriter, buf []byte, n int64) (res runtime.Result, reusable bool, err error) {
+	r := inv.Request
+	res.RequestBytes = n
 	head, err := readHead(cn.br, w.Header())
 	if errors.Is(err, errHeadTooLarge) {
 		// The handler's headers, most likely: the instance is fine.
@@ -216,7 +285,7 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 	if inv.MaxResponseBytes > 0 && head.contentLength < 0 {
 		limited = io.LimitReader(body, inv.MaxResponseBytes)
 	}
-	written, readErr, writeErr := copyStream(w, limited, *buf)
+	written, readErr, writeErr := copyStream(w, limited, buf)
 	copyErr := cmp.Or(writeErr, readErr)
 	res.ResponseBytes = written
 	if copyErr != nil {
@@ -225,7 +294,7 @@ func roundTrip(cn *conn, inv *runtime.Invocation, w http.ResponseWriter) (res ru
 		return res, false, nil
 	}
 	if limited != body && written == inv.MaxResponseBytes {
-		if n, _ := body.Read((*buf)[:1]); n > 0 {
+		if n, _ := body.Read((buf)[:1]); n > 0 {
 			res.Err = runtime.Errorf(runtime.ErrResponseTooLarge,
 				"the body exceeds the limit of "+humanize.IBytes(uint64(inv.MaxResponseBytes)), nil)
 			return res, false, nil
@@ -592,21 +661,96 @@ func (cn *conn) bodyReader(h head) (io.Reader, bool) {
 	return cn.br, false // delimited by closing the connection
 }
 
-// Call makes a control request (such as /_sless/specialize) with a JSON body
+// Call makes a control request (such as /_sless/health) with a JSON body
 // and returns the status and body of the answer.
 func (c *Client) Call(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(time.Minute)
 	}
-	req := &http.Request{
-		Method: method, URL: &url.URL{Path: path}, Header: http.Header{"Content-Type": {"application/json"}},
-		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
-	}
 	var out runtime.ResponseBuffer
-	_, err := c.Do(ctx, &runtime.Invocation{Request: req, Path: path, Deadline: deadline, Trigger: []byte("{}")}, &out)
+	_, err := c.Do(ctx, controlRequest(method, path, body, deadline), &out)
 	if err != nil {
 		return 0, nil, err
 	}
 	return out.StatusCode, out.Body.Bytes(), nil
+}
+
+func controlRequest(method, path string, body []byte, deadline time.Time) *runtime.Invocation {
+	req := &http.Request{
+		Method: method, URL: &url.URL{Path: path}, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
+	}
+	return &runtime.Invocation{Request: req, Path: path, Deadline: deadline, Trigger: []byte("{}"), MaxResponseBytes: maxControlAnswer}
+}
+
+// maxControlAnswer bounds the body of a control request's answer.
+const maxControlAnswer = 1 << 20
+
+// Send writes a control request (such as /_sless/specialize) with a JSON
+// body and returns without waiting for its answer, which is due by
+// deadline. The next Do writes its invocation behind it on the same
+// connection and reads the answer first: an instance's first invocation
+// saves a round trip. Await reads the answer when no invocation follows.
+// answered gets the answer's status and body, or the error that kept it
+// from being read (a timeout at the deadline), and returns what fails the
+// Do or Await: nil goes on. It runs once, in the Do or Await.
+func (c *Client) Send(ctx context.Context, method, path string, body []byte, deadline time.Time,
+	answered func(status int, body []byte, err error) error) error {
+	cn, err := c.get(ctx)
+	if err != nil {
+		return err
+	}
+	cn.SetDeadline(deadline)
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	if _, err := writeRequest(cn.bw, controlRequest(method, path, body, deadline), *buf); err != nil {
+		cn.Close()
+		return err
+	}
+	c.mu.Lock()
+	if c.closed || c.pending != nil {
+		c.mu.Unlock()
+		cn.Close()
+		return runtime.Errorf(runtime.ErrCrashed, "the instance stopped", runtime.ErrNotSent)
+	}
+	c.pending = &pendingCall{cn: cn, deadline: deadline, answered: answered}
+	c.mu.Unlock()
+	return nil
+}
+
+// Await reads the answer of the control request that Send sent, unless a
+// Do has, and returns what its answered function returned.
+func (c *Client) Await() error {
+	pc := c.takePending()
+	if pc == nil {
+		return nil
+	}
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	if err := pc.read(*buf); err != nil {
+		pc.cn.Close()
+		return err
+	}
+	c.put(pc.cn)
+	return nil
+}
+
+// read reads pc's answer by its deadline and returns what answered makes of
+// it; on nil the connection is at the start of the next response.
+func (pc *pendingCall) read(buf []byte) error {
+	pc.cn.SetReadDeadline(pc.deadline)
+	var out runtime.ResponseBuffer
+	inv := controlRequest(http.MethodPost, "", nil, pc.deadline)
+	res, reusable, err := readResponse(pc.cn, inv, &out, buf, 0)
+	if err == nil {
+		err = res.Err
+	}
+	if err == nil && !reusable {
+		err = runtime.Errorf(runtime.ErrCrashed, "the instance closed the connection after its answer", nil)
+	}
+	if err != nil {
+		return pc.answered(0, nil, err)
+	}
+	return pc.answered(out.StatusCode, out.Body.Bytes(), nil)
 }

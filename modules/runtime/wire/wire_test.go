@@ -347,3 +347,99 @@ func TestNotSent(t *testing.T) {
 		}
 	})
 }
+
+// A control request that Send sent is answered before the invocation that
+// Do writes behind it, on one connection; its answer decides whether the
+// invocation's response is read, and the invocation's deadline counts
+// from the answer.
+func TestSendThenDo(t *testing.T) {
+	const loading = 300 * time.Millisecond
+	instance := func(status int) *fakeInstance {
+		return startFake(t, func(r *http.Request) answer {
+			if r.URL.Path == "/_sless/specialize" {
+				time.Sleep(loading)
+				return answer{raw: fmt.Sprintf("HTTP/1.1 %d X\r\nContent-Length: 2\r\n\r\n{}", status)}
+			}
+			time.Sleep(loading / 6) // read after the answer, not with it
+			return answer{raw: response("", "invoked")}
+		})
+	}
+	sendSpecialize := func(c *wire.Client, deadline time.Duration, answers chan<- string) {
+		t.Helper()
+		err := c.Send(context.Background(), "POST", "/_sless/specialize", []byte(`{}`), time.Now().Add(deadline),
+			func(status int, body []byte, err error) error {
+				answers <- fmt.Sprintf("%d %s %v", status, body, err)
+				if status != 200 {
+					return runtime.Errorf(runtime.ErrStart, "the handler could not be loaded", err)
+				}
+				return nil
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	invoke := func(c *wire.Client, timeout time.Duration) (*runtime.ResponseBuffer, error) {
+		req, _ := http.NewRequest("POST", "http://fn/", strings.NewReader("{}"))
+		var out runtime.ResponseBuffer
+		_, err := c.Do(context.Background(), &runtime.Invocation{ID: "inv", Request: req, Path: "/",
+			Deadline: time.Now().Add(timeout), Trigger: []byte(`{"kind":"http"}`)}, &out)
+		return &out, err
+	}
+
+	t.Run("answered 200, then the invocation", func(t *testing.T) {
+		f := instance(200)
+		c := f.client()
+		answers := make(chan string, 1)
+		sendSpecialize(c, 10*time.Second, answers)
+		// The invocation's timeout is shorter than the load: it counts
+		// from the answer.
+		out, err := invoke(c, loading/2)
+		if err != nil || out.Body.String() != "invoked" {
+			t.Fatalf("Do: %v, body %q; want the invocation's response", err, out.Body.String())
+		}
+		if got := <-answers; got != "200 {} <nil>" {
+			t.Errorf("answered got %q", got)
+		}
+		if out, err := invoke(c, time.Second); err != nil || out.Body.String() != "invoked" || f.dials.Load() != 1 {
+			t.Errorf("the next Do: %v, body %q, %d connections; want one connection for all", err, out.Body.String(), f.dials.Load())
+		}
+	})
+	t.Run("answered 500: the invocation fails", func(t *testing.T) {
+		c := instance(500).client()
+		answers := make(chan string, 1)
+		sendSpecialize(c, 10*time.Second, answers)
+		out, err := invoke(c, 10*time.Second)
+		if !errors.Is(err, runtime.ErrStart) || out.StatusCode != 0 {
+			t.Errorf("Do: %v, status %d; want the error answered returned and nothing written", err, out.StatusCode)
+		}
+		if got := <-answers; got != "500 {} <nil>" {
+			t.Errorf("answered got %q", got)
+		}
+	})
+	t.Run("Await without an invocation", func(t *testing.T) {
+		f := instance(200)
+		c := f.client()
+		answers := make(chan string, 1)
+		sendSpecialize(c, 10*time.Second, answers)
+		if err := c.Await(); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-answers; got != "200 {} <nil>" {
+			t.Errorf("answered got %q", got)
+		}
+		if out, err := invoke(c, time.Second); err != nil || out.Body.String() != "invoked" || f.dials.Load() != 1 {
+			t.Errorf("Do after Await: %v, body %q, %d connections; want the connection reused", err, out.Body.String(), f.dials.Load())
+		}
+	})
+	t.Run("no answer by the deadline", func(t *testing.T) {
+		c := instance(200).client()
+		answers := make(chan string, 1)
+		sendSpecialize(c, loading/3, answers)
+		if _, err := invoke(c, 10*time.Second); err == nil {
+			t.Error("Do succeeded; want the error answered returned")
+		}
+		if got := <-answers; !strings.HasPrefix(got, "0  ") || !strings.Contains(got, runtime.ErrTimeout.Error()) {
+			t.Errorf("answered got %q; want a timeout", got)
+		}
+	})
+}
