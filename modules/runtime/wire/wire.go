@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -40,12 +41,13 @@ import (
 type Client struct {
 	dial func(ctx context.Context) (net.Conn, error)
 
-	mu   sync.Mutex
-	idle []*conn
 	// pending is the control request that Send sent, until a Do or Await
 	// takes it to read its answer.
-	pending *pendingCall
-	closed  bool
+	pending atomic.Pointer[pendingCall]
+
+	mu     sync.Mutex
+	idle   []*conn
+	closed bool
 }
 
 // pendingCall is a control request sent on cn whose answer is not read yet.
@@ -135,10 +137,10 @@ func (c *Client) put(cn *conn) {
 func (c *Client) Close() {
 	c.mu.Lock()
 	idle := c.idle
-	if c.pending != nil {
-		idle = append(idle, c.pending.cn)
+	if pc := c.pending.Swap(nil); pc != nil {
+		idle = append(idle, pc.cn)
 	}
-	c.idle, c.pending, c.closed = nil, nil, true
+	c.idle, c.closed = nil, true
 	c.mu.Unlock()
 	for _, cn := range idle {
 		cn.Close()
@@ -148,11 +150,10 @@ func (c *Client) Close() {
 // takePending returns the pending control request, if any, which the
 // caller then answers for.
 func (c *Client) takePending() *pendingCall {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	pc := c.pending
-	c.pending = nil
-	return pc
+	if c.pending.Load() == nil {
+		return nil // without a write to a line every invocation shares
+	}
+	return c.pending.Swap(nil)
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
@@ -709,13 +710,15 @@ func (c *Client) Send(ctx context.Context, method, path string, body []byte, dea
 		return err
 	}
 	c.mu.Lock()
-	if c.closed || c.pending != nil {
-		c.mu.Unlock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
 		cn.Close()
 		return runtime.Errorf(runtime.ErrCrashed, "the instance stopped", runtime.ErrNotSent)
+	case !c.pending.CompareAndSwap(nil, &pendingCall{cn: cn, deadline: deadline, answered: answered}):
+		cn.Close()
+		return errors.New("a control request sent before is not answered yet")
 	}
-	c.pending = &pendingCall{cn: cn, deadline: deadline, answered: answered}
-	c.mu.Unlock()
 	return nil
 }
 
