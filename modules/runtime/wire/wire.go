@@ -295,7 +295,7 @@ func readResponse(cn *conn, inv *runtime.Invocation, w http.ResponseWriter, buf 
 		return res, false, nil
 	}
 	if limited != body && written == inv.MaxResponseBytes {
-		if n, _ := body.Read((buf)[:1]); n > 0 {
+		if n, _ := body.Read(buf[:1]); n > 0 {
 			res.Err = runtime.Errorf(runtime.ErrResponseTooLarge,
 				"the body exceeds the limit of "+humanize.IBytes(uint64(inv.MaxResponseBytes)), nil)
 			return res, false, nil
@@ -677,15 +677,16 @@ func (c *Client) Call(ctx context.Context, method, path string, body []byte) (in
 	return out.StatusCode, out.Body.Bytes(), nil
 }
 
+// controlRequest is the invocation that makes a control request.
 func controlRequest(method, path string, body []byte, deadline time.Time) *runtime.Invocation {
 	req := &http.Request{
 		Method: method, URL: &url.URL{Path: path}, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
 	}
-	return &runtime.Invocation{Request: req, Path: path, Deadline: deadline, Trigger: []byte("{}"), MaxResponseBytes: maxControlAnswer}
+	return &runtime.Invocation{Request: req, Path: path, Deadline: deadline, Trigger: []byte("{}")}
 }
 
-// maxControlAnswer bounds the body of a control request's answer.
+// maxControlAnswer bounds the body of the answer that Send's request gets.
 const maxControlAnswer = 1 << 20
 
 // Send writes a control request (such as /_sless/specialize) with a JSON
@@ -745,6 +746,7 @@ func (pc *pendingCall) read(buf []byte) error {
 	pc.cn.SetReadDeadline(pc.deadline)
 	var out runtime.ResponseBuffer
 	inv := controlRequest(http.MethodPost, "", nil, pc.deadline)
+	inv.MaxResponseBytes = maxControlAnswer
 	res, reusable, err := readResponse(pc.cn, inv, &out, buf, 0)
 	if err == nil {
 		err = res.Err
