@@ -122,7 +122,6 @@ func TestColdBurstSharesOneInstance(t *testing.T) {
 	tg.Concurrency, tg.MaxInstances = 4, 4
 	e.Deploy(context.Background(), tg)
 	arrivals := t.TempDir()
-	os.Chmod(arrivals, 0o777)
 	results := make(chan response, 4)
 	for range 4 {
 		go func() { results <- invoke(t, e, "burst", strconv.Quote(arrivals)) }()

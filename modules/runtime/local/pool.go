@@ -313,7 +313,7 @@ func (p *pool) started(t *runtime.Target, pr *process, refill func(), start time
 	}
 	if len(p.waiters) == 0 {
 		inst.confirming = true
-		p.e.wg.Go(func() { pr.awaitSpecialize() })
+		p.e.wg.Go(func() { pr.client.Await() })
 	}
 	p.instances = append(p.instances, inst)
 	p.setReapableLocked(true)

@@ -356,9 +356,9 @@ type specializeRequest struct {
 // specialize gives the generic process its code, limits its memory and
 // sends the request that loads the function's handler, due by ctx's
 // deadline, without waiting for the answer: the instance's first
-// invocation goes behind it (wire.Client.Send), or awaitSpecialize reads
+// invocation goes behind it (wire.Client.Send), or pr.client.Await reads
 // it. The answer's outcome goes to pr.specialized and fails the first
-// invocation's Do or awaitSpecialize: nil, or an ErrStart error.
+// invocation's Do or the Await: nil, or an ErrStart error.
 func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[string]string, mem *memoryLimiter) error {
 	codeDir := t.Artifact
 	if pr.box != nil {
@@ -390,10 +390,6 @@ func (pr *process) specialize(ctx context.Context, t *runtime.Target, env map[st
 	}
 	return nil
 }
-
-// awaitSpecialize reads the answer to the specialize request when no
-// invocation went behind it.
-func (pr *process) awaitSpecialize() error { return pr.client.Await() }
 
 // specializeOutcome makes the answer to the specialize request (or the
 // error reading it) an ErrStart error, or nil when the handler loaded.

@@ -50,10 +50,11 @@ type Client struct {
 	closed bool
 }
 
-// pendingCall is a control request sent on cn whose answer is not read yet.
+// pendingCall is a control request sent on cn whose answer is not read yet;
+// the request's deadline is the answer's.
 type pendingCall struct {
 	cn       *conn
-	deadline time.Time // of the answer
+	req      *runtime.Invocation
 	answered func(status int, body []byte, err error) error
 }
 
@@ -236,13 +237,14 @@ func pipelined(ctx context.Context, pc *pendingCall, inv *runtime.Invocation, w 
 
 // cancelOnDone makes cancelling ctx end the exchange on cn like the
 // deadline does, until the function it returns is called.
-func cancelOnDone(ctx context.Context, cn *conn) func() {
+func cancelOnDone(ctx context.Context, cn *conn) (stop func() bool) {
 	if ctx.Done() == nil {
-		return func() {}
+		return neverCancelled
 	}
-	stop := context.AfterFunc(ctx, func() { cn.SetDeadline(time.Unix(1, 0)) })
-	return func() { stop() }
+	return context.AfterFunc(ctx, func() { cn.SetDeadline(time.Unix(1, 0)) })
 }
+
+func neverCancelled() bool { return false }
 
 // readResponse streams the response to inv, whose n body bytes were sent,
 // like roundTrip.
@@ -704,9 +706,11 @@ func (c *Client) Send(ctx context.Context, method, path string, body []byte, dea
 		return err
 	}
 	cn.SetDeadline(deadline)
+	req := controlRequest(method, path, body, deadline)
+	req.MaxResponseBytes = maxControlAnswer
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
-	if _, err := writeRequest(cn.bw, controlRequest(method, path, body, deadline), *buf); err != nil {
+	if _, err := writeRequest(cn.bw, req, *buf); err != nil {
 		cn.Close()
 		return err
 	}
@@ -716,7 +720,7 @@ func (c *Client) Send(ctx context.Context, method, path string, body []byte, dea
 	case c.closed:
 		cn.Close()
 		return runtime.Errorf(runtime.ErrCrashed, "the instance stopped", runtime.ErrNotSent)
-	case !c.pending.CompareAndSwap(nil, &pendingCall{cn: cn, deadline: deadline, answered: answered}):
+	case !c.pending.CompareAndSwap(nil, &pendingCall{cn: cn, req: req, answered: answered}):
 		cn.Close()
 		return errors.New("a control request sent before is not answered yet")
 	}
@@ -743,11 +747,9 @@ func (c *Client) Await() error {
 // read reads pc's answer by its deadline and returns what answered makes of
 // it; on nil the connection is at the start of the next response.
 func (pc *pendingCall) read(buf []byte) error {
-	pc.cn.SetReadDeadline(pc.deadline)
+	pc.cn.SetReadDeadline(pc.req.Deadline)
 	var out runtime.ResponseBuffer
-	inv := controlRequest(http.MethodPost, "", nil, pc.deadline)
-	inv.MaxResponseBytes = maxControlAnswer
-	res, reusable, err := readResponse(pc.cn, inv, &out, buf, 0)
+	res, reusable, err := readResponse(pc.cn, pc.req, &out, buf, 0)
 	if err == nil {
 		err = res.Err
 	}
