@@ -255,11 +255,11 @@ func TestForkedInstancesOutliveTheirZygote(t *testing.T) {
 	}
 	testenv.Eventually(t, 30*time.Second, "the dead zygote noticed", func() bool { return local.ZygotePid(e, "python3.11", "default") != first })
 	if r := invokeIn(t, e, "default", "forked", "{}"); r.err != nil || r.result.StatusCode != 200 {
-		t.Errorf("the instance after its zygote died: %+v", r)
+		t.Errorf("the instance after its zygote died: %+v %v", r, r.err)
 	}
 	deployIn(t, e, "default", "later", forkedProbe)
 	if r := invokeIn(t, e, "default", "later", "{}"); r.err != nil || r.result.StatusCode != 200 {
-		t.Errorf("a cold start after the zygote died: %+v", r)
+		t.Errorf("a cold start after the zygote died: %+v %v", r, r.err)
 	}
 	second := zygoteOf(t, e, "default")
 	if second == first {
@@ -270,7 +270,7 @@ func TestForkedInstancesOutliveTheirZygote(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the idle zygote retired", func() bool { return local.ZygotePid(e, "python3.11", "default") == 0 })
 	for _, name := range []string{"kept", "forked"} {
 		if r := invokeIn(t, e, "default", name, "{}"); r.err != nil || r.result.StatusCode != 200 {
-			t.Errorf("%s after the zygote retired: %+v", name, r)
+			t.Errorf("%s after the zygote retired: %+v %v", name, r, r.err)
 		}
 	}
 }
