@@ -244,6 +244,8 @@ func cancelOnDone(ctx context.Context, cn *conn) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { cn.SetDeadline(time.Unix(1, 0)) })
 }
 
+// neverCancelled is the stop of a context that is never cancelled: there is
+// no AfterFunc to stop.
 func neverCancelled() bool { return false }
 
 // readResponse streams the response to inv, whose n body bytes were sent,
