@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
+
 	"sless.kube5s.ru/sless/internal/testenv"
 	"sless.kube5s.ru/sless/modules/runtime/sandbox"
 	"sless.kube5s.ru/sless/runtimes"
@@ -391,6 +393,10 @@ const routes = {
   },
   'big-log': () => { console.log('x'.repeat(100000)); },
   exit: () => process.exit(1),
+  'rehearsal-traces': () => ({ // what the process still holds of a spare's rehearsal (see the wrapper's rehearse)
+    modules: [...Object.keys(require.cache), ...require.main.children.map((m) => m.id)].filter((id) => id.includes('.rehearsal')),
+    finders: Object.entries(require('node:module')._pathCache).flat().filter((entry) => entry.includes('.rehearsal')),
+  }),
   stray: (event, ctx) => {
     const id = ctx.query.id;
     setTimeout(() => { throw new Error('stray timer ' + id); }, 10);
@@ -480,9 +486,9 @@ var conformanceCases = []conformanceCase{
 	{name: "blocking synchronous handlers run in parallel", only: python, run: testBlockingHandlersInParallel},
 	{name: "a handler thread started before the code", only: python, run: testStandbyWorker},
 	{name: "a synchronous handler's task on the wrapper's loop runs", only: python, run: testBackgroundTask},
-	{name: "a spare's rehearsal leaves no trace", only: python, run: testRehearsalLeavesNoTrace},
-	{name: "a spare that cannot write its rehearsal's code still starts", only: python, run: testRehearsalWithoutCode},
-	{name: "a spare whose rehearsal fails still serves", only: python, run: testRehearsalFails},
+	{name: "a spare's rehearsal leaves no trace", run: testRehearsalLeavesNoTrace},
+	{name: "a spare that cannot write its rehearsal's code still starts", run: testRehearsalWithoutCode},
+	{name: "a spare whose rehearsal fails still serves", run: testRehearsalFails},
 	{name: "chunked request body", run: testChunkedBody},
 	{name: "large body echoed intact", run: testLargeBody},
 	{name: "keep-alive and HEAD", run: testKeepAlive},
@@ -1241,21 +1247,37 @@ func testStandbyWorker(t *testing.T, s *suite) {
 }
 
 // testRehearsalLeavesNoTrace checks that the cold start a process started
-// without its code rehearses (a throwaway specialize and invocation, whose
+// without its code rehearses (a throwaway specialize and invocations, whose
 // code it writes beside its socket) succeeded and left nothing the function
 // could see: no files, module, finder or path entry, and the function's own
-// working directory and environment (testEnvAndCwd).
+// working directory and environment (testEnvAndCwd). The Node.js wrapper
+// rehearses in the background after ready: a specialize sent at once stops
+// its rehearsal, one sent later finds it ended.
 func testRehearsalLeavesNoTrace(t *testing.T, s *suite) {
-	in := s.start(t)
-	if _, err := os.Lstat(in.sock + ".rehearsal"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the rehearsal's code directory beside the socket: %v, want it removed", err)
+	for _, rehearsed := range []bool{false, true} {
+		in := s.start(t, startOptions{rehearsed: rehearsed})
+		in.mustSpecialize(t, specializeRequest{CodeDir: writeFiles(t, s.rt.appFiles()), Handler: "handler.handle",
+			Env: appEnv, Function: "fn", Concurrency: 1})
+		if _, err := os.Lstat(in.sock + ".rehearsal"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the rehearsal's code directory beside the socket: %v, want it removed", err)
+		}
+		wantNoRehearsalTraces(t, s, in)
+		if strings.Contains(in.stderr.String(), "rehearsing") {
+			t.Errorf("the wrapper's output reports a failed rehearsal:\n%s", in.stderr.String())
+		}
 	}
-	in.mustSpecialize(t, specializeRequest{CodeDir: writeFiles(t, s.rt.appFiles()), Handler: "handler.handle",
-		Env: appEnv, Function: "fn", Concurrency: 1})
-	wantJSON(t, in.get(t, "/rehearsal-traces"), map[string]any{"modules": []any{}, "finders": []any{}, "path": []any{}, "importable": false})
-	if strings.Contains(in.stderr.String(), "rehearsing") {
-		t.Errorf("the wrapper's output reports a failed rehearsal:\n%s", in.stderr.String())
+}
+
+// wantNoRehearsalTraces checks that the fixture's /rehearsal-traces finds
+// nothing of a rehearsal in in's process: no module, no entry of the import
+// system's caches, and for Python no path entry and nothing importable.
+func wantNoRehearsalTraces(t *testing.T, s *suite, in *instance) {
+	t.Helper()
+	want := map[string]any{"modules": []any{}, "finders": []any{}}
+	if s.rt.name == python {
+		want["path"], want["importable"] = []any{}, false
 	}
+	wantJSON(t, in.get(t, "/rehearsal-traces"), want)
 }
 
 // testRehearsalWithoutCode checks that a process that cannot make its
@@ -1286,24 +1308,42 @@ func testRehearsalWithoutCode(t *testing.T, s *suite) {
 	}
 }
 
-// testRehearsalFails checks that a process whose rehearsal fails (its
-// environment is not UTF-8, which the rehearsal's specialize request cannot
-// carry) says so and serves as usual.
+// rehearsalBreaker is a module node preloads (--require) that makes the
+// rehearsal's handler throw once its module has loaded.
+const rehearsalBreaker = `
+const Module = require('node:module');
+const compile = Module.prototype._compile;
+Module.prototype._compile = function (content, filename) {
+  const result = compile.call(this, content, filename);
+  if (filename.endsWith('_sless_rehearsal.js')) this.exports.handle = () => { throw new Error('broken'); };
+  return result;
+};
+`
+
+// testRehearsalFails checks that a process whose rehearsal fails says so,
+// leaves nothing of it and serves as usual. The Python rehearsal fails on an
+// environment that is not UTF-8, which its specialize request cannot carry;
+// the Node.js one on a handler that throws, after its module loaded.
 func testRehearsalFails(t *testing.T, s *suite) {
 	if s.zygote != nil {
 		t.Skip("a forked instance's environment reaches it as JSON, always UTF-8")
 	}
-	in := s.start(t, startOptions{env: []string{"SLESS_TEST_NOT_UTF8=\xff"}})
+	env := []string{"SLESS_TEST_NOT_UTF8=\xff"}
+	if s.rt.name == node {
+		breaker := filepath.Join(writeFiles(t, map[string]string{"breaker.js": rehearsalBreaker}), "breaker.js")
+		env = []string{"NODE_OPTIONS=--require " + breaker}
+	}
+	in := s.start(t, startOptions{env: env, rehearsed: true})
 	in.mustSpecialize(t, specializeRequest{CodeDir: writeFiles(t, s.rt.appFiles()), Handler: "handler.handle",
 		Env: appEnv, Function: "fn", Concurrency: 1})
 	wantJSON(t, in.get(t, "/plain"), map[string]any{"hello": "world", "n": 1.0})
-	wantJSON(t, in.get(t, "/rehearsal-traces"), map[string]any{"modules": []any{}, "finders": []any{}, "path": []any{}, "importable": false})
+	wantNoRehearsalTraces(t, s, in)
 	if _, err := os.Lstat(in.sock + ".rehearsal"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the rehearsal's code directory beside the socket: %v, want it removed", err)
 	}
-	if !strings.Contains(in.stderr.String(), "rehearsing a cold start failed") {
-		t.Errorf("the wrapper's output does not report the failed rehearsal:\n%s", in.stderr.String())
-	}
+	eventually(t, "the wrapper's output to report the failed rehearsal", func() bool {
+		return strings.Contains(in.stderr.String(), "rehearsing a cold start failed")
+	}, func() string { return "stderr:\n" + in.stderr.String() })
 }
 
 // testBackgroundTask checks that a coroutine a synchronous handler leaves on
@@ -1492,11 +1532,18 @@ type instance struct {
 	// mounted as its code dir once specialize named it.
 	box  *sandbox.Instance
 	code string
+	// rehearsalEnded, when not nil, is closed once the rehearsal's directory
+	// was removed (startOptions.rehearsed).
+	rehearsalEnded <-chan struct{}
 }
 
 type startOptions struct {
 	args []string // extra command-line arguments
 	env  []string // extra environment variables
+	// rehearsed: start returns once the process's rehearsal ended (at
+	// ready for Python; for Node.js, which rehearses after ready, once the
+	// rehearsal removed its directory beside the socket).
+	rehearsed bool
 }
 
 // start launches the wrapper and waits until it reports ready.
@@ -1509,6 +1556,13 @@ func (s *suite) start(t *testing.T, opts ...startOptions) *instance {
 	line, err := bufio.NewReader(in.ready).ReadString('\n')
 	if line != "ready\n" {
 		t.Fatalf("ready line: got %q (%v), want %q; stderr:\n%s", line, err, "ready\n", in.stderr.String())
+	}
+	if in.rehearsalEnded != nil {
+		select {
+		case <-in.rehearsalEnded:
+		case <-time.After(startTimeout):
+			t.Fatalf("the rehearsal did not end within %v; stderr:\n%s", startTimeout, in.stderr.String())
+		}
 	}
 	return in
 }
@@ -1531,6 +1585,9 @@ func (s *suite) launch(t *testing.T, opts ...startOptions) *instance {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	in := &instance{sock: filepath.Join(dir, "s.sock"), exited: make(chan struct{})}
 	in.client = in.newClient(nil)
+	if opt.rehearsed && s.rt.name == node {
+		in.rehearsalEnded = watchRemoval(t, dir, filepath.Base(in.sock)+".rehearsal")
+	}
 
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
@@ -1566,6 +1623,29 @@ func (s *suite) launch(t *testing.T, opts ...startOptions) *instance {
 		in.client.CloseIdleConnections()
 	})
 	return in
+}
+
+// watchRemoval returns a channel closed once name is removed from dir.
+func watchRemoval(t *testing.T, dir, name string) <-chan struct{} {
+	t.Helper()
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	removed := make(chan struct{})
+	go func() {
+		for ev := range w.Events {
+			if ev.Has(fsnotify.Remove) && filepath.Base(ev.Name) == name {
+				close(removed)
+				return
+			}
+		}
+	}()
+	return removed
 }
 
 // startSpecialized starts a wrapper and specializes it; req's zero fields

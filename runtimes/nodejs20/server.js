@@ -7,6 +7,8 @@
 
 const fs = require('node:fs');
 const http = require('node:http');
+const Module = require('node:module');
+const net = require('node:net');
 const path = require('node:path');
 const { AsyncLocalStorage } = require('node:async_hooks');
 const { isUtf8 } = require('node:buffer');
@@ -20,6 +22,7 @@ const NO_BODY_STATUSES = new Set([204, 304]);
 // Response headers the wrapper owns: a handler's values for them are dropped.
 const RESERVED_HEADERS = new Set(['content-length', 'transfer-encoding', 'connection']);
 const JSON_TYPE = 'application/json';
+const HEALTH_PATH = '/_sless/health';
 const TEXT_TYPE = 'text/plain; charset=utf-8';
 const OCTET_TYPE = 'application/octet-stream';
 const NON_ASCII = /[\u007f-\uffff]/g;
@@ -480,6 +483,32 @@ class App {
     this.fn = null; // {handler, name, namespace} once specialized
     this.attempted = false; // specialize is accepted once, even when it failed
     this.loading = null; // the specialize in progress, until it is answered
+    this.rehearsal = null; // the rehearsal in the background, until it has undone itself
+  }
+
+  /**
+   * Rehearses a cold start in dir in the background (see rehearse), REHEARSAL_DELAY_MS from
+   * now: a process wanted at once does not rehearse. The first request other than a health check
+   * stops it, and it and the requests after it wait until the rehearsal has undone itself: at
+   * most the invocation in flight and the undoing.
+   */
+  rehearse(dir) {
+    let stopped = false;
+    let wake;
+    const delay = new Promise((resolve) => {
+      wake = resolve;
+      setTimeout(resolve, REHEARSAL_DELAY_MS);
+    });
+    const done = delay.then(() => (stopped ? undefined : rehearse(dir, () => stopped))).catch((err) => {
+      realStderrWrite(`sless wrapper: rehearsing a cold start failed (${err.message}); this spare's first requests will take longer\n`);
+    });
+    this.rehearsal = {
+      stop: () => {
+        stopped = true;
+        wake();
+      },
+      done: done.finally(() => { this.rehearsal = null; }),
+    };
   }
 
   onRequest(req, res) {
@@ -495,6 +524,11 @@ class App {
     const url = req.url;
     const q = url.indexOf('?');
     const rawPath = q < 0 ? url : url.slice(0, q);
+    if (this.rehearsal !== null && rawPath !== HEALTH_PATH) {
+      this.rehearsal.stop();
+      this.rehearsal.done.then(() => this.handle(req, res, body));
+      return;
+    }
     if (rawPath.startsWith('/_sless/')) {
       this.control(req, res, rawPath, body);
       return;
@@ -515,7 +549,7 @@ class App {
   }
 
   control(req, res, rawPath, body) {
-    if (rawPath === '/_sless/health') {
+    if (rawPath === HEALTH_PATH) {
       if (req.method !== 'GET') sendJSON(res, 405, { error: `${rawPath} accepts GET only` });
       else sendJSON(res, 200, { status: 'ok', specialized: this.fn !== null });
     } else if (rawPath === '/_sless/specialize') {
@@ -562,6 +596,129 @@ class App {
     const handler = await loadHandler(config.codeDir, config.handler);
     this.fn = { handler, name: config.name, namespace: config.namespace };
     return Math.round((performance.now() - started) * 1000) / 1000;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rehearsal
+
+const REHEARSAL_MODULE = '_sless_rehearsal';
+const REHEARSAL_SOURCE = 'exports.handle = async (event) => ({ message: `Hello, ${event.name}!` });\n';
+// Invocations a spare rehearses: V8 compiles a function and tunes its inline caches only once it
+// has run a few times, and a warm instance of a sparsely called function would otherwise pay
+// for that on each of its first requests (see bench/README.md, "A Node.js spare rehearses").
+const REHEARSAL_INVOCATIONS = 50;
+const REHEARSAL_IDLE_TIMEOUT_MS = 10_000; // a rehearsal that hangs gives up, and the spare serves
+// How long a spare waits before it rehearses: the platform sends a process it started for a cold
+// start its specialize right after ready, and that process must not rehearse first.
+const REHEARSAL_DELAY_MS = 20;
+
+/** An HTTP/1.1 POST request with a JSON body. */
+function httpPost(target, body) {
+  return `POST ${target} HTTP/1.1\r\nHost: instance\r\nContent-Type: ${JSON_TYPE}\r\n`
+    + `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+}
+
+/**
+ * Sends requests on a connection to socketPath, each once the answer of the one before came
+ * (the first two together, as the platform sends a cold start's invocation behind its specialize
+ * request), until stopped() returns true; resolves once every request sent was answered, rejects
+ * at the first answer that is not 200 OK. The answers all carry Content-Length.
+ */
+function exchange(socketPath, requests, stopped) {
+  return new Promise((resolve, reject) => {
+    let answered = 0;
+    let received = Buffer.alloc(0);
+    let sent = 0;
+    const send = (count) => {
+      conn.write(requests.slice(sent, sent + count).join(''));
+      sent += count;
+    };
+    const end = (err) => {
+      conn.removeAllListeners('end');
+      conn.destroy();
+      if (err === undefined) resolve();
+      else reject(err);
+    };
+    const conn = net.connect(socketPath, () => (stopped() ? end() : send(2)));
+    conn.on('error', end);
+    conn.on('end', () => end(new Error('the connection closed before every answer came')));
+    conn.setTimeout(REHEARSAL_IDLE_TIMEOUT_MS, () => end(new Error('an answer did not come')));
+    conn.on('data', (chunk) => {
+      received = Buffer.concat([received, chunk]);
+      for (;;) {
+        const headEnd = received.indexOf('\r\n\r\n');
+        if (headEnd < 0) return;
+        const head = received.toString('latin1', 0, headEnd);
+        const length = /\r\ncontent-length: *(\d+)/i.exec(head);
+        const size = headEnd + 4 + (length === null ? 0 : Number(length[1]));
+        if (received.length < size) return;
+        const status = head.slice(0, head.indexOf('\r\n'));
+        if (status !== 'HTTP/1.1 200 OK') {
+          end(new Error(`request ${answered + 1} was answered ${status}`));
+          return;
+        }
+        received = received.subarray(size);
+        answered++;
+        if (answered < sent) continue;
+        if (answered === requests.length || stopped()) {
+          end();
+          return;
+        }
+        send(1);
+      }
+    });
+  });
+}
+
+/**
+ * Rehearses a cold start on a throwaway server: specializes it with a hello handler written into
+ * dir, then invokes it up to REHEARSAL_INVOCATIONS times over a unix socket in dir, through the
+ * code the function's requests will take (node's HTTP server and the wrapper's App), until
+ * stopped() returns true. Then it undoes what the specialize did to the process and removes dir.
+ * Rejects when the rehearsal failed; skips it when a file is in dir's way (and leaves that alone).
+ *
+ * The function sees nothing of it: its module leaves the require cache, the main module's
+ * children and the module loader's path cache, and the working directory is restored. The
+ * environment is left as it is: the rehearsal specializes with a copy of it (and the function's
+ * specialize sets the echo setting again).
+ */
+async function rehearse(dir, stopped) {
+  try {
+    fs.mkdirSync(dir, 0o700);
+  } catch (err) {
+    if (err.code === 'EEXIST') return;
+    throw err;
+  }
+  const cwd = process.cwd();
+  const file = path.join(dir, `${REHEARSAL_MODULE}.js`);
+  const server = createServer(new App());
+  try {
+    fs.writeFileSync(file, REHEARSAL_SOURCE, { mode: 0o600, flag: 'wx' });
+    // Relative to dir: a socket path has at most 107 bytes, and dir's may be longer.
+    process.chdir(dir);
+    await new Promise((resolve, reject) => {
+      server.once('error', reject);
+      server.listen('s.sock', resolve);
+    });
+    if (stopped()) return;
+    const config = {
+      code_dir: dir, handler: `${REHEARSAL_MODULE}.handle`, env: { ...process.env }, function: '', namespace: '', concurrency: 1,
+    };
+    const requests = [httpPost('/_sless/specialize', JSON.stringify(config))];
+    for (let i = 0; i < REHEARSAL_INVOCATIONS; i++) requests.push(httpPost('/', '{"name":"sless"}'));
+    await exchange('s.sock', requests, stopped);
+  } finally {
+    server.close();
+    const loaded = require.cache[file];
+    delete require.cache[file];
+    if (loaded !== undefined) module.children.splice(module.children.indexOf(loaded), 1);
+    const pathCache = Module._pathCache;
+    for (const key of Object.keys(pathCache)) {
+      if (pathCache[key].startsWith(dir)) delete pathCache[key];
+    }
+    process.chdir(cwd); // not a directory about to be removed
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -627,7 +784,8 @@ function removeStaleSocket(file) {
   }
 }
 
-function listen(app, address, readyFd) {
+/** The wrapper's HTTP server: every request goes to app. */
+function createServer(app) {
   const server = http.createServer({
     maxHeaderSize: MAX_HEADER_SIZE,
     joinDuplicateHeaders: true, // like the Python wrapper: repeated headers joined with ", "
@@ -641,6 +799,11 @@ function listen(app, address, readyFd) {
   server.keepAliveTimeout = 0;
   server.requestTimeout = 0;
   server.headersTimeout = HEADERS_TIMEOUT_MS;
+  return server;
+}
+
+function listen(app, address, readyFd) {
+  const server = createServer(app);
   const onListening = () => {
     if (readyFd !== undefined) {
       fs.writeSync(readyFd, 'ready\n');
@@ -694,6 +857,10 @@ async function main() {
     }
   }
   listen(app, args.listen, args.readyFd);
+  if (args.codeDir === undefined && args.listen.path !== undefined) {
+    // Beside the socket, in the instance's own directory (PROTOCOL.md, "Starting").
+    app.rehearse(`${args.listen.path}.rehearsal`);
+  }
 }
 
 main();
