@@ -1281,8 +1281,10 @@ func wantNoRehearsalTraces(t *testing.T, s *suite, in *instance) {
 }
 
 // testRehearsalWithoutCode checks that a process that cannot make its
-// rehearsal's code directory (here a file is in the way) rehearses the
-// invocation alone, leaves the file, and serves as usual.
+// rehearsal's code directory (here a file is in the way) leaves the file,
+// says nothing of it and serves as usual: the Python wrapper rehearses the
+// invocation alone, the Node.js one, whose rehearsal's socket is in that
+// directory too, does not rehearse.
 func testRehearsalWithoutCode(t *testing.T, s *suite) {
 	s.skipForked(t) // a forked instance's socket directory is new and its own
 	dir, err := os.MkdirTemp("", "sless-rt")

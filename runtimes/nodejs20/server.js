@@ -483,7 +483,7 @@ class App {
     this.fn = null; // {handler, name, namespace} once specialized
     this.attempted = false; // specialize is accepted once, even when it failed
     this.loading = null; // the specialize in progress, until it is answered
-    this.rehearsal = null; // the rehearsal in the background, until it has undone itself
+    this.rehearsal = null; // {stop, done} of the rehearsal in the background, until it has ended
   }
 
   /**
