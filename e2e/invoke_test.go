@@ -142,6 +142,17 @@ func TestInvoke(t *testing.T) {
 			t.Errorf("got %d %s", code, body)
 		}
 	})
+	t.Run("the function sees who called", func(t *testing.T) {
+		code, _, body := s.post("/fn/default/py", `{"mode": "headers"}`)
+		var h map[string]string
+		json.Unmarshal([]byte(body), &h)
+		want := map[string]string{"x-forwarded-for": "127.0.0.1", "x-forwarded-host": strings.TrimPrefix(s.endpoint, "http://")}
+		for k, v := range want {
+			if code != 200 || h[k] != v {
+				t.Errorf("%s: %q (%d %s), want %q", k, h[k], code, body, v)
+			}
+		}
+	})
 	t.Run("timeout gives 504 and the next call works", func(t *testing.T) {
 		start := time.Now()
 		code, _, body := s.post("/fn/default/py", `{"mode": "sleep", "seconds": 30}`)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -209,6 +210,7 @@ func (p *Proxy) serveFn(w http.ResponseWriter, r *http.Request, ns, name string)
 	if access.TokenRequired && !p.authorize(w, r, ns, name) {
 		return false
 	}
+	forward(r)
 	c := &call{ns: ns, name: name, path: path, r: r, w: w, kind: invoke.KindHTTP, trigger: httpTrigger}
 	p.serve(r.Context(), c)
 	return c.cut
@@ -217,6 +219,7 @@ func (p *Proxy) serveFn(w http.ResponseWriter, r *http.Request, ns, name string)
 func (p *Proxy) serveCLI(c *gin.Context) {
 	// The API token authorized the call; the function must not see it.
 	c.Request.Header.Del("Authorization")
+	forward(c.Request)
 	p.serveHTTP(c.Request.Context(), &call{ns: c.Param("ns"), name: c.Param("name"), path: "/", r: c.Request, w: c.Writer,
 		kind: invoke.KindCLI, trigger: cliTrigger})
 }
@@ -229,6 +232,26 @@ func (p *Proxy) serveHTTP(ctx context.Context, c *call) {
 	p.serve(ctx, c)
 	if c.cut {
 		panic(http.ErrAbortHandler)
+	}
+}
+
+// forward adds to r the X-Forwarded headers that tell a function who
+// called and how: the client's address appended to X-Forwarded-For, as
+// net/http/httputil's ReverseProxy does (the last entry is the address this
+// server saw; earlier ones are what the client or the proxies in front of
+// the server claim; a client on a unix socket adds none), and
+// X-Forwarded-Host, the Host the client asked for (the instance's request
+// has a Host of its own), unless a proxy in front set it.
+func forward(r *http.Request) {
+	h := r.Header
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		h["X-Forwarded-For"] = []string{ip}
+	}
+	if _, ok := h["X-Forwarded-Host"]; !ok && r.Host != "" {
+		h["X-Forwarded-Host"] = []string{r.Host}
 	}
 }
 

@@ -33,11 +33,12 @@ import (
 )
 
 // fakeExecutor answers Acquire with acquireErr, or with a lease whose Do
-// returns do's result.
+// passes the invocation to sent, when set, and returns do's result.
 type fakeExecutor struct {
 	runtime.Instances // Warm is not used by the proxy
 	acquireErr        error
 	do                func(w http.ResponseWriter) (runtime.Result, error)
+	sent              func(inv *runtime.Invocation)
 }
 
 func (f *fakeExecutor) Acquire(context.Context, functions.Key) (runtime.Lease, error) {
@@ -56,6 +57,9 @@ func (l *fakeLease) ColdStart() time.Duration { return 0 }
 func (l *fakeLease) Release()                 {}
 func (l *fakeLease) Do(_ context.Context, inv *runtime.Invocation, w http.ResponseWriter) (runtime.Result, error) {
 	io.Copy(io.Discard, inv.Request.Body)
+	if l.f.sent != nil {
+		l.f.sent(inv)
+	}
 	return l.f.do(w)
 }
 
@@ -309,6 +313,49 @@ func TestAnswerWholeOnlyAfterItsRecord(t *testing.T) {
 				t.Fatalf("after the record: %v, body intact %v", err, string(got) == body)
 			}
 		})
+	}
+}
+
+// TestForwardedHeaders: the function learns who called and how, on the
+// front and on gin alike: the client's address ends X-Forwarded-For, and
+// X-Forwarded-Host is the Host the client asked for unless a proxy in front
+// said it first; X-Forwarded-Proto passes as the proxy set it.
+func TestForwardedHeaders(t *testing.T) {
+	tests := []struct {
+		name, head string
+		want       map[string][]string
+	}{
+		{name: "a client calling the server", head: "Host: fn.example:8080\r\n",
+			want: map[string][]string{"X-Forwarded-For": {"127.0.0.1"}, "X-Forwarded-Host": {"fn.example:8080"}, "X-Forwarded-Proto": nil}},
+		{name: "behind proxies", head: "Host: internal\r\nX-Forwarded-For: 198.51.100.1, 203.0.113.7\r\n" +
+			"x-forwarded-for: 192.0.2.1\r\nX-Forwarded-Host: fn.example\r\nX-Forwarded-Proto: https\r\n",
+			want: map[string][]string{"X-Forwarded-For": {"198.51.100.1, 203.0.113.7, 192.0.2.1, 127.0.0.1"},
+				"X-Forwarded-Host": {"fn.example"}, "X-Forwarded-Proto": {"https"}}},
+	}
+	for _, via := range []string{"gin", "front"} {
+		for _, tt := range tests {
+			t.Run(via+"/"+tt.name, func(t *testing.T) {
+				got := make(chan http.Header, 1)
+				exec := &fakeExecutor{do: answer(200, "ok"), sent: func(inv *runtime.Invocation) { got <- inv.Request.Header.Clone() }}
+				p := proxy.New(proxy.Config{}, exec, fakeStore{}, &fakeLedger{}, public{}, noTokens{}, slog.New(slog.DiscardHandler))
+				conn, err := net.Dial("tcp", strings.TrimPrefix(serve(t, p, via), "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				io.WriteString(conn, "GET /fn/default/fn HTTP/1.1\r\n"+tt.head+"\r\n")
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("answer: %v %v", resp, err)
+				}
+				h := <-got
+				for k, want := range tt.want {
+					if fmt.Sprint(h[k]) != fmt.Sprint(want) {
+						t.Errorf("%s: %q, want %q", k, h[k], want)
+					}
+				}
+			})
+		}
 	}
 }
 
