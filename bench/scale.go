@@ -110,6 +110,26 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	if err != nil {
 		return err
 	}
+	// The bench's own client sends the spread through /fn before and after
+	// sending it straight to the instances, so that what the first run
+	// warms (or the machine's drift) shows as the two /fn runs' difference.
+	logf("scale: the same spread from the bench's own client: through /fn, straight to the instances, through /fn")
+	fnTargets := fnSpread(strings.TrimPrefix(srv.endpoint, "http://"), paths)
+	var clientFn [2]load
+	if clientFn[0], err = spreadLoad(fnTargets, 32, *duration); err != nil {
+		return fmt.Errorf("the spread through /fn from the bench's client: %w", err)
+	}
+	clientDirect := "not measured: "
+	if targets, err := instanceSpread(srv.cmd.Process.Pid); err != nil {
+		clientDirect += err.Error()
+	} else if l, err := spreadLoad(targets, 32, *duration); err != nil {
+		return fmt.Errorf("the spread straight to the instances: %w", err)
+	} else {
+		clientDirect = fmt.Sprintf("%.0f, %s, %s (%d instances)", l.rps, msStr(l.p50), msStr(l.p99), len(targets))
+	}
+	if clientFn[1], err = spreadLoad(fnTargets, 32, *duration); err != nil {
+		return fmt.Errorf("the spread through /fn from the bench's client: %w", err)
+	}
 	// The reference: one function taking the same load alone, as the main
 	// table deploys it (one instance, concurrency 32).
 	if err := srv.cli("deploy", "examples/hello-python", "--name", "single", "--runtime", "python3.11", "--concurrency", "32", "--max-instances", "1"); err != nil {
@@ -158,6 +178,9 @@ func scale(bin, tmp string, report *bytes.Buffer) error {
 	fmt.Fprintf(report, "| /fn across the %d warm functions: req/s, p50, p99 | %.0f, %s, %s |\n", warm, spread.rps, msStr(spread.p50), msStr(spread.p99))
 	fmt.Fprintf(report, "| /fn on one python function alone (concurrency 32): req/s, p50, p99 | %.0f, %s, %s |\n", single.rps, msStr(single.p50), msStr(single.p99))
 	fmt.Fprintf(report, "| p99 across the warm functions ÷ p99 of the one alone | %.2f |\n", float64(spread.p99)/float64(single.p99))
+	fmt.Fprintf(report, "| the same spread from the bench's own client (32 connections, keep-alive) through /fn, before and after the next row: req/s, p50, p99 | %.0f, %s, %s; %.0f, %s, %s |\n",
+		clientFn[0].rps, msStr(clientFn[0].p50), msStr(clientFn[0].p99), clientFn[1].rps, msStr(clientFn[1].p50), msStr(clientFn[1].p99))
+	fmt.Fprintf(report, "| the same client straight to the warm instances' sockets, no server in between: req/s, p50, p99 | %s |\n", clientDirect)
 	fmt.Fprintf(report, "| idle server CPU, %% of one core | %.2f %% |\n", idle*100)
 	return nil
 }
@@ -361,6 +384,39 @@ type procMemory struct {
 // init, the zygote, the instances it forked, which keep its command line)
 // are a group of their own.
 func instanceMemory(pid int) ([]procMemory, error) {
+	comm, err := descendants(pid)
+	if err != nil {
+		return nil, err
+	}
+	byComm := map[string]*procMemory{}
+	var order []string
+	for p, name := range comm {
+		pss, err := pssOf(p)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(cmdline), "/zygote.py\x00") {
+			name += " forked from a zygote (and the zygote, its init)"
+		}
+		m := byComm[name]
+		if m == nil {
+			m = &procMemory{comm: name}
+			byComm[name] = m
+			order = append(order, name)
+		}
+		m.count++
+		m.pss += pss
+	}
+	slices.Sort(order)
+	out := make([]procMemory, 0, len(order))
+	for _, name := range order {
+		out = append(out, *byComm[name])
+	}
+	return out, nil
+}
+
+// descendants returns the command names of pid's descendants by pid.
+func descendants(pid int) (map[int]string, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
@@ -398,34 +454,12 @@ func instanceMemory(pid int) ([]procMemory, error) {
 		}
 		return false
 	}
-	byComm := map[string]*procMemory{}
-	var order []string
-	for p, name := range comm {
+	for p := range comm {
 		if !descends(p) {
-			continue
+			delete(comm, p)
 		}
-		pss, err := pssOf(p)
-		if err != nil {
-			continue // exited meanwhile
-		}
-		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(cmdline), "/zygote.py\x00") {
-			name += " forked from a zygote (and the zygote, its init)"
-		}
-		m := byComm[name]
-		if m == nil {
-			m = &procMemory{comm: name}
-			byComm[name] = m
-			order = append(order, name)
-		}
-		m.count++
-		m.pss += pss
 	}
-	slices.Sort(order)
-	out := make([]procMemory, 0, len(order))
-	for _, name := range order {
-		out = append(out, *byComm[name])
-	}
-	return out, nil
+	return comm, nil
 }
 
 // pssOf returns the PSS of pid in bytes.
