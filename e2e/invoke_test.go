@@ -145,11 +145,13 @@ func TestInvoke(t *testing.T) {
 	t.Run("the function sees who called", func(t *testing.T) {
 		code, _, body := s.post("/fn/default/py", `{"mode": "headers"}`)
 		var h map[string]string
-		json.Unmarshal([]byte(body), &h)
+		if err := json.Unmarshal([]byte(body), &h); code != 200 || err != nil {
+			t.Fatalf("got %d %s; want the handler's headers", code, body)
+		}
 		want := map[string]string{"x-forwarded-for": "127.0.0.1", "x-forwarded-host": strings.TrimPrefix(s.endpoint, "http://")}
 		for k, v := range want {
-			if code != 200 || h[k] != v {
-				t.Errorf("%s: %q (%d %s), want %q", k, h[k], code, body, v)
+			if h[k] != v {
+				t.Errorf("%s: %q, want %q", k, h[k], v)
 			}
 		}
 	})
