@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -39,8 +41,9 @@ import (
 // the database file and the database file after, and removes the WAL only
 // after a checkpoint of all of it.
 type commits struct {
-	wal string // the WAL file's path
-	dir string // the directory that holds it
+	wal string       // the WAL file's path
+	dir string       // the directory that holds it
+	log *slog.Logger // warns of fsyncs slower than slowSync
 
 	gate sync.Mutex // held by the one write that runs
 
@@ -62,9 +65,14 @@ type round struct {
 	done chan struct{} // closed when it ended
 }
 
-func newCommits(dbPath string) *commits {
-	return &commits{wal: dbPath + "-wal", dir: filepath.Dir(dbPath)}
+func newCommits(dbPath string, log *slog.Logger) *commits {
+	return &commits{wal: dbPath + "-wal", dir: filepath.Dir(dbPath), log: log}
 }
+
+// slowSync is how long an fsync of the WAL may take before syncRounds
+// warns: every read and write of the database waits for it, so a disk
+// that slow stalls the API, and the log should say why.
+const slowSync = time.Second
 
 // commitsPlugin is the name commits registers under with gorm.
 const commitsPlugin = "sless:sqlite-commits"
@@ -206,7 +214,12 @@ func (c *commits) syncRounds() {
 		c.next, c.running = nil, r
 		r.upTo = c.ended
 		c.mu.Unlock()
+		began := time.Now()
 		err := c.syncWAL()
+		if took := time.Since(began); took >= slowSync {
+			c.log.Warn("the database's disk was slow to keep writes; every read and write waited for it",
+				"duration", took, "writes", r.upTo-c.durable.Load())
+		}
 		c.mu.Lock()
 		c.running = nil
 		if err != nil {

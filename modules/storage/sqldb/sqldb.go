@@ -122,7 +122,7 @@ func Open(rawURL string, log *slog.Logger) (*gorm.DB, Dialect, error) {
 		cfg.PrepareStmt, cfg.PrepareStmtMaxSize = true, 256
 		db, err = gorm.Open(sqlite.Open(sqliteDSN(dsn)), cfg)
 		if err == nil {
-			err = db.Use(newCommits(dsn))
+			err = db.Use(newCommits(dsn, log))
 		}
 	case Postgres:
 		db, err = gorm.Open(postgres.Open(dsn), cfg)
