@@ -237,6 +237,40 @@ def handle(event, context):
 	}
 }
 
+// An instance's socket, and the rehearsal's directory that a wrapper killed
+// while it rehearsed leaves beside it, go when the instance dies.
+func TestDeadInstancesFilesAreRemoved(t *testing.T) {
+	e := newExecutor(t, local.Config{})
+	dir := code(t, map[string]string{"handler.py": `import os
+def handle(event, context):
+    if event == "exit":
+        os._exit(3)
+`})
+	e.Deploy(context.Background(), target("dying", "python3.11", dir))
+	if r := invoke(t, e, "dying", "{}"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	socks, err := filepath.Glob(filepath.Join(local.RunDirOf(e), "*.sock"))
+	if err != nil || len(socks) != 1 {
+		t.Fatalf("sockets of the one instance: %v %v", socks, err)
+	}
+	// What the wrapper writes while it rehearses (see PROTOCOL.md).
+	left := filepath.Join(socks[0]+".rehearsal", "_sless_rehearsal.py")
+	if err := os.MkdirAll(filepath.Dir(left), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(left, []byte("def handle(event, context): pass\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := invoke(t, e, "dying", `"exit"`); !errors.Is(r.err, runtime.ErrCrashed) {
+		t.Fatalf("the invocation that exits: %+v; want ErrCrashed", r)
+	}
+	testenv.Eventually(t, 10*time.Second, "the dead instance's socket and rehearsal removed", func() bool {
+		rest, _ := filepath.Glob(socks[0] + "*")
+		return len(rest) == 0
+	})
+}
+
 func TestColdStartLongerThanTheTimeoutIsWaitedFor(t *testing.T) {
 	e := newExecutor(t, local.Config{})
 	// Loading the handler takes longer than the function's timeout, which

@@ -296,7 +296,8 @@ func (pr *process) create(id string, lim limits) error {
 }
 
 // watch starts the exit watcher, which releases what the process held once
-// it has exited: its connections, socket, cgroups and sandbox.
+// it has exited: its connections, socket (and the rehearsal's directory
+// beside it), cgroups and sandbox.
 func (pr *process) watch(l launch, sock string) {
 	go func() {
 		pr.status, pr.waitErr = pr.os.wait()
@@ -307,6 +308,10 @@ func (pr *process) watch(l launch, sock string) {
 		pr.client.Close()
 		if sock != "" {
 			os.Remove(sock)
+			// A wrapper killed while it rehearsed leaves its rehearsal's
+			// directory beside the socket (see PROTOCOL.md). RemoveAll
+			// follows no symbolic link the function may have put there.
+			os.RemoveAll(sock + ".rehearsal")
 		}
 		pr.oom = pr.cgroup.oomKilled()
 		pr.cgroup.remove()
