@@ -21,5 +21,5 @@ func (l *Ledger) InsertRecords(ctx context.Context, recs []*invoke.Record) error
 	for i, r := range recs {
 		rows[i] = toRow(r)
 	}
-	return l.insert(ctx, rows)
+	return l.insert(ctx, rows, false)
 }
