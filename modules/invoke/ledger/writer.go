@@ -93,12 +93,15 @@ func (l *Ledger) writeLoop(ctx context.Context) {
 			l.pause(ctx, retryMax)
 			continue
 		}
-		if len(batch) > 0 && !l.writeBatch(ctx, batch, next == l.j.End()) {
+		// A batch short of BatchSize, or one that ends at the journal's
+		// end, took all the journal held: the writer has caught up with the
+		// invocations.
+		full := len(batch) == l.opts.BatchSize
+		if len(batch) > 0 && !l.writeBatch(ctx, batch, !full || next == l.j.End()) {
 			return
 		}
 		// Clearing drops the references to the written rows' logs.
 		clear(batch)
-		full := len(batch) == l.opts.BatchSize
 		batch = batch[:0]
 		if next != pos {
 			pos = next
@@ -148,8 +151,8 @@ func (l *Ledger) advance(pos journal.Pos) {
 }
 
 // writeBatch inserts batch, retrying with backoff until it succeeds or ctx
-// is cancelled, when it reports false. caughtUp says that the batch ends
-// at the journal's end (see insert).
+// is cancelled, when it reports false. caughtUp says that the batch took
+// all the journal held (see insert).
 func (l *Ledger) writeBatch(ctx context.Context, batch []row, caughtUp bool) bool {
 	delay := retryMin
 	for {
