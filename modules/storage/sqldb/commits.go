@@ -217,7 +217,7 @@ func (c *commits) syncRounds() {
 		began := time.Now()
 		err := c.syncWAL()
 		if took := time.Since(began); took >= slowSync {
-			c.log.Warn("the database's disk was slow to keep writes; every read and write waited for it",
+			c.log.Warn("the database's disk was slow to keep writes; the reads and writes in flight waited for it",
 				"duration", took, "writes", r.upTo-c.durable.Load())
 		}
 		c.mu.Lock()
