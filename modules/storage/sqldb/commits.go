@@ -70,8 +70,8 @@ func newCommits(dbPath string, log *slog.Logger) *commits {
 }
 
 // slowSync is how long an fsync of the WAL may take before syncRounds
-// warns: every read and write of the database waits for it, so a disk
-// that slow stalls the API, and the log should say why.
+// warns: the reads and writes in flight wait for it, so a disk that slow
+// stalls the API, and the log should say why.
 const slowSync = time.Second
 
 // commitsPlugin is the name commits registers under with gorm.
