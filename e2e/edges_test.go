@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -254,5 +255,38 @@ func TestResponseCutShort(t *testing.T) {
 	rec := s.waitInvocation(resp.Header.Get("X-Sless-Invocation-Id"))
 	if !strings.Contains(rec.Error, "cut short") || rec.StatusCode != http.StatusBadGateway {
 		t.Errorf("record: status %d, error %q; want 502 and an error saying the response was cut short", rec.StatusCode, rec.Error)
+	}
+}
+
+// A cold start's handler gets its function's whole timeout, however long
+// its code took to load: the time left that the handler sees counts from
+// the load's end, as the server's own deadline does.
+func TestSlowLoadKeepsTheTimeout(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.py": "import time\ntime.sleep(1)\n\n" +
+		"def handle(event, context):\n    return {'remaining': context.remaining_ms()}\n"}),
+		"--name", "slow-py", "--runtime", "python3.11", "--timeout", "3")
+	s.mustCLI("deploy", writeTree(t, map[string]string{"handler.js": "Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1000);\n" +
+		"exports.handle = (event, context) => ({ remaining: context.remainingMs() });\n"}),
+		"--name", "slow-node", "--runtime", "nodejs20", "--timeout", "3")
+	for _, fn := range []string{"slow-py", "slow-node"} {
+		t.Run(fn, func(t *testing.T) {
+			code, h, body := s.post("/fn/default/"+fn, "")
+			if code != 200 {
+				t.Fatalf("got %d %s; want 200", code, body)
+			}
+			if !strings.Contains(h.Get("Server-Timing"), "cold;dur=") || strings.Contains(h.Get("Server-Timing"), "cold;dur=0.000") {
+				t.Fatalf("Server-Timing %q: the first call was not a cold start", h.Get("Server-Timing"))
+			}
+			var got struct{ Remaining float64 }
+			if err := json.Unmarshal([]byte(body), &got); err != nil {
+				t.Fatalf("answer %s: %v", body, err)
+			}
+			// Counted from the request's arrival, the load's second would be
+			// taken off the handler's 3 s.
+			if got.Remaining <= 2500 || got.Remaining > 3000 {
+				t.Errorf("the handler has %v ms left of its 3 s timeout after a load of 1 s; want the whole timeout", got.Remaining)
+			}
+		})
 	}
 }

@@ -783,11 +783,11 @@ func testEventDecoding(t *testing.T, s *suite) {
 }
 
 func testContext(t *testing.T, s *suite) {
-	deadline := time.Now().Add(10 * time.Second).UnixMilli()
 	trigger := `{"kind":"rabbitmq","name":"orders","message":{"id":"m-1"}}`
+	sent := time.Now().UnixMilli()
 	res := s.app.do(t, http.MethodPut, "/context/a%20b?a=1&a=2&q=x%20y&empty=", nil, map[string]string{
 		"X-Sless-Invocation-Id": "inv-123",
-		"X-Sless-Deadline":      strconv.FormatInt(deadline, 10),
+		"X-Sless-Timeout-Ms":    "10000",
 		"X-Sless-Trigger":       trigger,
 		"X-Custom-Header":       "custom",
 		"Traceparent":           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -798,13 +798,17 @@ func testContext(t *testing.T, s *suite) {
 		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
 		"function": "app", "namespace": "tests", "invocationId": "inv-123", "method": "PUT",
 		"path": "/context/a b", "query": map[string]any{"a": "2", "q": "x y", "empty": ""},
-		"trigger":    map[string]any{"kind": "rabbitmq", "name": "orders", "message": map[string]any{"id": "m-1"}},
-		"deadlineMs": float64(deadline),
+		"trigger": map[string]any{"kind": "rabbitmq", "name": "orders", "message": map[string]any{"id": "m-1"}},
 	}
 	for key, w := range want {
 		if !reflect.DeepEqual(got[key], w) {
 			t.Errorf("context.%s = %#v, want %#v", key, got[key], w)
 		}
+	}
+	// The deadline is 10 s after the wrapper took the request, on its clock
+	// (the same as the test's here).
+	if deadline, _ := got["deadlineMs"].(float64); deadline < float64(sent+10000) || deadline > float64(time.Now().UnixMilli()+10000) {
+		t.Errorf("context.deadlineMs = %v with X-Sless-Timeout-Ms 10000 sent at %d, want 10 s after the request", got["deadlineMs"], sent)
 	}
 	if remaining, _ := got["remainingMs"].(float64); remaining < 5000 || remaining > 10000 {
 		t.Errorf("context.remainingMs = %v with a deadline 10 s away, want between 5000 and 10000", got["remainingMs"])
@@ -814,7 +818,7 @@ func testContext(t *testing.T, s *suite) {
 		t.Errorf("context.headers = %v, want lower-case names including x-custom-header and x-sless-invocation-id", headers)
 	}
 
-	res = s.app.do(t, http.MethodGet, "/context", nil, map[string]string{"X-Sless-Deadline": strconv.FormatInt(deadline, 10)})
+	res = s.app.do(t, http.MethodGet, "/context", nil, map[string]string{"X-Sless-Timeout-Ms": "10000"})
 	got = res.json(t)
 	if want := map[string]any{"kind": "http"}; !reflect.DeepEqual(got["trigger"], want) {
 		t.Errorf("context.trigger without X-Sless-Trigger = %v, want %v", got["trigger"], want)
@@ -1095,8 +1099,7 @@ func testCodeDirMode(t *testing.T, s *suite) {
 	if got := in.get(t, "/_sless/health").json(t); got["specialized"] != true {
 		t.Errorf("health in code-dir mode = %v, want specialized true", got)
 	}
-	deadline := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
-	got := in.do(t, http.MethodGet, "/context", nil, map[string]string{"X-Sless-Deadline": deadline}).json(t)
+	got := in.do(t, http.MethodGet, "/context", nil, map[string]string{"X-Sless-Timeout-Ms": "60000"}).json(t)
 	if got["function"] != "cd-fn" || got["namespace"] != "cd-ns" {
 		t.Errorf("context function, namespace = %v, %v; want cd-fn, cd-ns", got["function"], got["namespace"])
 	}
@@ -1453,14 +1456,16 @@ func testPipelining(t *testing.T, s *suite) {
 // the specialize first and serves the invocation with the handler loaded,
 // also when loading takes a while (an ES module's top-level await), and
 // answers 503 behind a failed load.
+// The handler loads for half a second; the invocation behind it has a
+// second, counted from when the wrapper starts serving it.
 func testSpecializePipelined(t *testing.T, s *suite) {
-	slow := map[string]string{"handler.py": "import time\ntime.sleep(0.05)\n" +
-		"def handle(event, context):\n    return {'loaded': True, 'event': event}\n"}
+	slow := map[string]string{"handler.py": "import time\ntime.sleep(0.5)\n" +
+		"def handle(event, context):\n    return {'loaded': True, 'event': event, 'remaining': context.remaining_ms()}\n"}
 	broken := map[string]string{"handler.py": "raise ValueError('broken')\n"}
 	if s.rt.name == node {
 		slow = map[string]string{"package.json": `{"type": "module"}`,
-			"handler.js": "await new Promise((resolve) => setTimeout(resolve, 50));\n" +
-				"export const handle = (event) => ({ loaded: true, event });\n"}
+			"handler.js": "await new Promise((resolve) => setTimeout(resolve, 500));\n" +
+				"export const handle = (event, context) => ({ loaded: true, event, remaining: context.remainingMs() });\n"}
 		broken = map[string]string{"handler.js": "throw new Error('broken');\n"}
 	}
 	for _, tc := range []struct {
@@ -1474,7 +1479,7 @@ func testSpecializePipelined(t *testing.T, s *suite) {
 			conn := in.dial(t)
 			requests := fmt.Sprintf("POST /_sless/specialize HTTP/1.1\r\nHost: sless\r\nContent-Type: application/json\r\n"+
 				"Content-Length: %d\r\n\r\n%s", len(body), body) +
-				"POST / HTTP/1.1\r\nHost: sless\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\n\"hi\""
+				"POST / HTTP/1.1\r\nHost: sless\r\nX-Sless-Timeout-Ms: 1000\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\n\"hi\""
 			if _, err := io.WriteString(conn, requests); err != nil {
 				t.Fatal(err)
 			}
@@ -1482,8 +1487,17 @@ func testSpecializePipelined(t *testing.T, s *suite) {
 			wantStatus(t, readResponseFrom(t, br, http.MethodPost), tc.specializeStatus)
 			res := readResponseFrom(t, br, http.MethodPost)
 			wantStatus(t, res, tc.invokeStatus)
-			if tc.invokeStatus == http.StatusOK {
-				wantJSON(t, res, map[string]any{"loaded": true, "event": "hi"})
+			if tc.invokeStatus != http.StatusOK {
+				return
+			}
+			got := res.json(t)
+			if got["loaded"] != true || got["event"] != "hi" {
+				t.Errorf("answer = %v, want loaded true and event hi", got)
+			}
+			// Counted from the request's arrival, the load's half second
+			// would have been taken off the handler's time.
+			if remaining, _ := got["remaining"].(float64); remaining <= 600 || remaining > 1000 {
+				t.Errorf("remaining time = %v ms of a 1000 ms timeout, after a load of 500 ms; want it counted from the specialize answer", got["remaining"])
 			}
 		})
 	}

@@ -112,7 +112,7 @@ class Context {
     this.method = req.method;
     this.path = decodePath(rawPath);
     this.headers = headers;
-    this.deadlineMs = parseDeadline(headers['x-sless-deadline']);
+    this.deadlineMs = deadlineFrom(headers['x-sless-timeout-ms']);
     this.#rawQuery = rawQuery;
   }
 
@@ -175,9 +175,10 @@ function parseTrigger(value) {
   return { kind: 'http' };
 }
 
-function parseDeadline(value) {
-  if (value === undefined || !/^\d+$/.test(value)) return null;
-  return Number(value);
+/** The deadline (Unix ms) of an invocation served from now on with X-Sless-Timeout-Ms timeout; null without a valid header. */
+function deadlineFrom(timeout) {
+  if (timeout === undefined || !/^\d+$/.test(timeout)) return null;
+  return Date.now() + Number(timeout);
 }
 
 /** The handler's event: JSON, else text, else (not UTF-8) the raw Buffer; null when empty. */

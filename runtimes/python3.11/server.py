@@ -217,7 +217,7 @@ class Context:
         self.method = method
         self.path = unquote(path) if "%" in path else path
         self.headers = headers
-        self.deadline_ms = _parse_deadline(headers.get("x-sless-deadline"))
+        self.deadline_ms = _deadline_ms(headers.get("x-sless-timeout-ms"))
         self._raw_query = raw_query
         self._query = None
         self._trigger = None
@@ -259,13 +259,12 @@ class Context:
                 f"path={self.path!r}, deadline_ms={self.deadline_ms!r})")
 
 
-def _parse_deadline(value):
-    if value is None:
+def _deadline_ms(timeout):
+    """The deadline, Unix time in milliseconds, of an invocation served from now on with
+    X-Sless-Timeout-Ms timeout; None without a valid header."""
+    if timeout is None or not (timeout.isascii() and timeout.isdigit()):
         return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
+    return int(time.time() * 1000) + int(timeout)
 
 
 def _parse_trigger(value):

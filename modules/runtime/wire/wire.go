@@ -362,10 +362,14 @@ func writeRequest(bw *bufio.Writer, inv *runtime.Invocation, buf []byte) (int64,
 	}
 	bw.WriteString("X-Sless-Invocation-Id: ")
 	bw.WriteString(inv.ID)
-	bw.WriteString("\r\nX-Sless-Deadline: ")
+	// The time left rather than the deadline: the instance counts it from
+	// when it starts serving the invocation, on its own clock, so that a
+	// pipelined invocation's time starts after the specialize answer (as
+	// the platform's own deadline does) and no two clocks need to agree.
+	bw.WriteString("\r\nX-Sless-Timeout-Ms: ")
 	// Appended to the buffer's free space: an array of its own would
 	// escape to the heap through Write.
-	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), inv.Deadline.UnixMilli(), 10))
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), max(time.Until(inv.Deadline).Milliseconds(), 0), 10))
 	bw.WriteString("\r\nX-Sless-Trigger: ")
 	bw.Write(inv.Trigger)
 	bw.WriteString("\r\n")
