@@ -1455,9 +1455,8 @@ func testPipelining(t *testing.T, s *suite) {
 // specialize request, before its answer (PROTOCOL.md): the wrapper answers
 // the specialize first and serves the invocation with the handler loaded,
 // also when loading takes a while (an ES module's top-level await), and
-// answers 503 behind a failed load.
-// The handler loads for half a second; the invocation behind it has a
-// second, counted from when the wrapper starts serving it.
+// answers 503 behind a failed load. The invocation's time counts from when
+// the wrapper starts serving it, after the load.
 func testSpecializePipelined(t *testing.T, s *suite) {
 	slow := map[string]string{"handler.py": "import time\ntime.sleep(0.5)\n" +
 		"def handle(event, context):\n    return {'loaded': True, 'event': event, 'remaining': context.remaining_ms()}\n"}
